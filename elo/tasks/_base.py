@@ -1,0 +1,78 @@
+"""The interface every inner problem implements."""
+
+import abc
+
+import equinox as eqx
+
+from .._custom_types import Params, PRNGKeyArray, Scalar
+
+
+class AbstractTask(eqx.Module):
+    """An inner problem: a parameterised loss that a learned optimizer is meta-trained on.
+
+    A task is immutable. Its data (if any) are array leaves held on the device, and it draws its
+    own minibatch from the key inside the traced graph, so a whole inner training run can live in
+    one `jax.lax.scan`.
+
+    Subclasses implement:
+
+    - `init(key) -> params`: a fresh draw of the optimizee parameters.
+    - `loss(params, key) -> scalar`: the training loss on a minibatch drawn from `key`.
+    - `eval_loss(params, key) -> scalar`: the loss on held-out data (for evaluation).
+    - `normalize_loss(loss) -> scalar`: the bounded, finite transform of a training loss used as
+      the meta-objective (NaN and infinities map to the upper bound).
+    """
+
+    @abc.abstractmethod
+    def init(self, key: PRNGKeyArray) -> Params:
+        """Draw fresh optimizee parameters.
+
+        **Arguments:**
+
+        - `key`: a JAX PRNG key.
+
+        **Returns:**
+
+        A pytree of float arrays.
+        """
+
+    @abc.abstractmethod
+    def loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
+        """Training loss on a minibatch drawn (in-graph) from `key`.
+
+        **Arguments:**
+
+        - `params`: the optimizee parameters, structured as returned by `init`.
+        - `key`: selects the minibatch.
+
+        **Returns:**
+
+        A float32 scalar.
+        """
+
+    @abc.abstractmethod
+    def eval_loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
+        """Loss on a held-out minibatch (the validation or test split) drawn from `key`.
+
+        **Arguments:**
+
+        - `params`: the optimizee parameters.
+        - `key`: selects the minibatch.
+
+        **Returns:**
+
+        A float32 scalar.
+        """
+
+    @abc.abstractmethod
+    def normalize_loss(self, loss: Scalar) -> Scalar:
+        """Map a training loss to the bounded, finite value used in the meta-objective.
+
+        **Arguments:**
+
+        - `loss`: a value returned by `loss`.
+
+        **Returns:**
+
+        A finite float32 scalar.
+        """

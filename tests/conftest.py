@@ -1,0 +1,12 @@
+"""Test-wide JAX settings: strict numerics and four CPU devices so sharding is tested everywhere."""
+
+import os
+
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+
+import jax  # noqa: E402
+
+
+jax.config.update("jax_num_cpu_devices", 4)
+jax.config.update("jax_numpy_rank_promotion", "raise")
