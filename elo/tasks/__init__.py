@@ -1,0 +1,16 @@
+"""Inner problems: the tasks a learned optimizer is meta-trained on."""
+
+from ._augment import (
+    ParameterScaleAugmentation as ParameterScaleAugmentation,
+    ScaledTask as ScaledTask,
+)
+from ._base import AbstractTask as AbstractTask
+from ._data import (
+    ImageDataset as ImageDataset,
+    ImageSplit as ImageSplit,
+    load_image_dataset as load_image_dataset,
+    MissingDataError as MissingDataError,
+)
+from ._image_mlp import ImageMLPTask as ImageMLPTask
+from ._quadratic import QuadraticTask as QuadraticTask
+from ._registry import get_task as get_task, list_tasks as list_tasks

@@ -1,0 +1,113 @@
+"""Build inner problems from their names."""
+
+import os
+import re
+
+from ._base import AbstractTask
+from ._data import known_datasets, load_image_dataset
+from ._image_mlp import ImageMLPTask
+from ._quadratic import QuadraticTask
+
+
+_CANONICAL_TASKS = (
+    "mlp-w32-d1_mnist-8x8x1",
+    "mlp-w32-d1_fashionmnist-8x8x1",
+    "mlp-w32-d1_cifar10-8x8x3",
+    "mlp-w32-d1_svhn-8x8x3",
+    "quadratic-d10",
+)
+_IMAGE_FORM = "mlp-w{width}-d{depth}_{dataset}-{H}x{W}x{C}"
+_QUADRATIC_FORM = "quadratic-d{dim}"
+_IMAGE_RE = re.compile(
+    r"mlp-w(?P<width>\d+)-d(?P<depth>\d+)_(?P<dataset>[a-z0-9]+)-"
+    r"(?P<height>\d+)x(?P<image_width>\d+)x(?P<channels>\d+)"
+)
+_QUADRATIC_RE = re.compile(r"quadratic-d(?P<dim>\d+)")
+
+
+def list_tasks() -> list[str]:
+    """The canonical task names.
+
+    These are the four ELO meta-training tasks (MLP, one hidden layer of 32 units, on 8x8 MNIST,
+    Fashion-MNIST, CIFAR-10 and SVHN) and a small quadratic. [`elo.tasks.get_task`][] accepts
+    the general forms `mlp-w{width}-d{depth}_{dataset}-{H}x{W}x{C}` and `quadratic-d{dim}` too.
+    SVHN is listed but not shipped: its files must be supplied through `data_dir` or
+    `ELO_DATA_DIR`.
+
+    **Returns:**
+
+    A list of task names.
+    """
+    return list(_CANONICAL_TASKS)
+
+
+def _positive(name: str, field: str, text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"Task {name!r}: the {field} must be positive, got {value}.")
+    return value
+
+
+def get_task(
+    name: str, *, data_dir: str | os.PathLike | None = None, batch_size: int = 64
+) -> AbstractTask:
+    """Build an inner problem from its name.
+
+    Names:
+
+    - `mlp-w{width}-d{depth}_{dataset}-{H}x{W}x{C}`: an [`elo.tasks.ImageMLPTask`][] with `depth`
+      hidden layers of `width` units on `dataset` (`mnist`, `fashionmnist`, `cifar10`, `svhn`)
+      at `H x W x C`, e.g. `mlp-w32-d1_cifar10-8x8x3`. Data are loaded with
+      [`elo.tasks.load_image_dataset`][] from `data_dir`, `$ELO_DATA_DIR` or the embedded copy.
+    - `quadratic-d{dim}`: a noise-free [`elo.tasks.QuadraticTask`][] with `dim` parameters
+      (`seed=0`, condition number 10).
+
+    **Arguments:**
+
+    - `name`: the task name; see [`elo.tasks.list_tasks`][].
+    - `data_dir`: a directory searched first for the data files of image tasks.
+    - `batch_size`: minibatch size of image tasks (positive; ignored by quadratics).
+
+    **Returns:**
+
+    The task, an [`elo.tasks.AbstractTask`][].
+
+    **Raises:**
+
+    `ValueError` for an unknown or malformed name, non-positive sizes, or data files that are
+    missing (the error lists where it looked) or do not match the name.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    if not isinstance(name, str):
+        raise ValueError(f"A task name must be a string, got {name!r}.")
+    if match := _IMAGE_RE.fullmatch(name):
+        width = _positive(name, "width", match["width"])
+        depth = _positive(name, "depth", match["depth"])
+        height = _positive(name, "image height", match["height"])
+        image_width = _positive(name, "image width", match["image_width"])
+        channels = _positive(name, "number of channels", match["channels"])
+        dataset = match["dataset"]
+        if dataset not in known_datasets():
+            raise ValueError(
+                f"Task {name!r}: unknown dataset {dataset!r}; known datasets: "
+                f"{', '.join(known_datasets())}."
+            )
+        data = load_image_dataset(dataset, height, image_width, channels, data_dir=data_dir)
+        return ImageMLPTask(data, width=width, depth=depth, batch_size=batch_size)
+    if name.startswith("mlp-"):
+        raise ValueError(
+            f"Malformed image task name {name!r}; expected the form {_IMAGE_FORM!r} "
+            "with positive integers, e.g. 'mlp-w32-d1_mnist-8x8x1'."
+        )
+    if match := _QUADRATIC_RE.fullmatch(name):
+        return QuadraticTask(_positive(name, "dimension", match["dim"]))
+    if name.startswith("quadratic"):
+        raise ValueError(
+            f"Malformed quadratic task name {name!r}; expected the form {_QUADRATIC_FORM!r}, "
+            "e.g. 'quadratic-d10'."
+        )
+    raise ValueError(
+        f"Unknown task {name!r}. Known tasks: {', '.join(_CANONICAL_TASKS)}. General forms: "
+        f"{_IMAGE_FORM!r} (datasets: {', '.join(known_datasets())}) and {_QUADRATIC_FORM!r}."
+    )
