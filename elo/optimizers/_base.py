@@ -1,9 +1,10 @@
 """The interface every learned optimizer implements."""
 
 import abc
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 import equinox as eqx
+from jaxtyping import Array, ArrayLike, Float, Int, PyTree
 
 from .._custom_types import Params, Updates
 
@@ -20,17 +21,37 @@ class AbstractLearnedOptimizer(eqx.Module, Generic[_State]):
 
     `init` and `update` follow optax's calling convention, so a learned optimizer can be used
     directly or through [`elo.as_optax`][].
+
+    An update is split in two stages so that an expert optimizer can share the learned
+    optimizer's gradient preprocessing (see `elo._fusion.fused_step`):
+
+    $$\\mathrm{update}(g, s, \\theta) = \\mathrm{update\\_preprocessed}(
+    \\mathrm{preprocess\\_grads}(g), s, \\theta).$$
+
+    Subclasses implement:
+
+    - `init(params, num_steps) -> state`;
+    - `preprocess_grads(grads) -> grads` (e.g. global-norm clipping and `nan_to_num`);
+    - `update_preprocessed(grads, state, params) -> (updates, state)`;
+    - `learning_rate(iteration, num_steps) -> lr`, the step size applied at an update;
+    - `imitation_leaves(params)` and the class variable `imitation_magnitude`, which say how the
+      imitation losses of ELO are formed for this optimizer;
+    - `expert_b2`, the second-moment decay an expert optimizer must use so that its moments are
+      the learned optimizer's own accumulators.
     """
 
+    imitation_magnitude: eqx.AbstractClassVar[Literal["norm", "elementwise"]]
+
     @abc.abstractmethod
-    def init(self, params: Params, num_steps: int) -> _State:
+    def init(self, params: Params, num_steps: int | Int[ArrayLike, ""]) -> _State:
         """Create the optimizer state for `params`.
 
         **Arguments:**
 
         - `params`: the optimizee parameters (a pytree of float arrays).
         - `num_steps`: the length of the training run the optimizer is used for; it sets the
-          learning-rate schedule.
+          learning-rate schedule. It is stored in the state as an `int32` array, so runs of
+          different lengths share one compiled program.
 
         **Returns:**
 
@@ -38,6 +59,35 @@ class AbstractLearnedOptimizer(eqx.Module, Generic[_State]):
         """
 
     @abc.abstractmethod
+    def preprocess_grads(self, grads: Updates) -> Updates:
+        """Transform raw gradients the way the optimizer does before using them.
+
+        **Arguments:**
+
+        - `grads`: raw gradients.
+
+        **Returns:**
+
+        The preprocessed gradients, with the structure of `grads`.
+        """
+
+    @abc.abstractmethod
+    def update_preprocessed(
+        self, grads: Updates, state: _State, params: Params
+    ) -> tuple[Updates, _State]:
+        """Compute one update from gradients already passed through `preprocess_grads`.
+
+        **Arguments:**
+
+        - `grads`: preprocessed gradients, structured like `params`.
+        - `state`: the current optimizer state.
+        - `params`: the current parameters.
+
+        **Returns:**
+
+        `(updates, new_state)`, where `params + updates` are the new parameters.
+        """
+
     def update(self, grads: Updates, state: _State, params: Params) -> tuple[Updates, _State]:
         """Compute one update.
 
@@ -51,3 +101,39 @@ class AbstractLearnedOptimizer(eqx.Module, Generic[_State]):
 
         `(updates, new_state)`, where `params + updates` are the new parameters.
         """
+        return self.update_preprocessed(self.preprocess_grads(grads), state, params)
+
+    @abc.abstractmethod
+    def learning_rate(
+        self, iteration: Int[ArrayLike, ""], num_steps: Int[ArrayLike, ""]
+    ) -> Float[Array, ""]:
+        """The learning rate applied by update number `iteration` (0-based).
+
+        **Arguments:**
+
+        - `iteration`: the value of the state's `iteration` counter before the update.
+        - `num_steps`: the length of the run.
+
+        **Returns:**
+
+        A float32 scalar.
+        """
+
+    @abc.abstractmethod
+    def imitation_leaves(self, params: Params) -> PyTree[bool]:
+        """Which parameters take part in the imitation losses.
+
+        **Arguments:**
+
+        - `params`: the optimizee parameters (only their structure, shapes and paths are used).
+
+        **Returns:**
+
+        A pytree of Python bools with the structure of `params`.
+        """
+
+    @property
+    @abc.abstractmethod
+    def expert_b2(self) -> float:
+        """The second-moment decay $\\beta_2$ of this optimizer's accumulators that the AdamW and
+        Muon experts use in ELO."""

@@ -1,0 +1,482 @@
+"""Celo2 (Moudgil et al. 2026) in ELO's form: a tiny MLP, Newton–Schulz and RMS normalisation."""
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
+
+from .._custom_types import Params, Updates
+from ._accumulators import accumulate, factored_dims, init_accumulators, LOState, safe_rsqrt
+from ._base import AbstractLearnedOptimizer
+from ._network import (
+    bcast,
+    explicit_features,
+    mlp,
+    second_moment_normalize,
+    TensorFeatures,
+    truncated_normal,
+)
+from ._newton_schulz import newton_schulz, NS_COEFFS
+from ._preprocess import check_float_leaves, check_structure, clip_and_clean
+from ._weights import hidden_size_of, read_weights, split_config, WEIGHT_NAMES
+
+
+_NUM_FEATURES = 30
+_NUM_VECTOR_FEATURES = 15
+_FACTORED_DENSE_ROWS = tuple(range(15)) + (27, 28, 29)
+_ROW_ROWS = (15, 16, 17, 21, 22, 23)
+_COL_ROWS = (18, 19, 20, 24, 25, 26)
+_VECTOR_ROWS = tuple(range(_NUM_VECTOR_FEATURES))
+_EPS = 1e-9
+# Defaults of the reference `Celo2Transformation` that ELO never changes; a config may repeat
+# them but not change them.
+_FIXED_CELO2_KWARGS = {
+    "exp_mult": 0.0,
+    "rmsmult": 1.0,
+    "with_g": True,
+    "with_m": True,
+    "with_rms": True,
+    "with_rms_norm_g": True,
+    "with_rsqrt_rms": True,
+    "with_p": True,
+    "with_fac_norm_g": True,
+    "with_fac_rms": True,
+    "with_fac_rsqrt": True,
+    "with_grad_clip_feat": True,
+    "with_fac_mom_mult": True,
+    "with_rms_only_norm_g": True,
+    "param_scale_mult": False,
+    "precondition_output": False,
+    "normalize_input": True,
+    "normalize_output": True,
+    "aggregate_mag": False,
+    "bias_correction": False,
+    "mlp_activation": "relu",
+    "ns_coeffs": list(NS_COEFFS),
+    "ns_iters": 5,
+    "ns_eps": 1e-8,
+    "use_adamw_for_1d": True,
+    "ff_hidden_layers": 2,
+}
+
+
+def _features(p, g, m, v, fac_g, v_row, v_col) -> TensorFeatures:
+    rsqrt_v = lax.rsqrt(v + 1e-8)
+    gc = g[..., None]
+    base = (gc, jnp.clip(gc, -0.1, 0.1), p[..., None], m, v, m * rsqrt_v, rsqrt_v, fac_g)
+    base = base + (gc * rsqrt_v,)
+    dims = factored_dims(p.shape)
+    if dims is None:
+        return TensorFeatures(base, None, None, _VECTOR_ROWS, (), ())
+    d1, d0 = dims
+    reduced_d1 = d1 - 1 if d1 > d0 else d1
+    row_factor = safe_rsqrt(v_row / (jnp.mean(v_row, axis=reduced_d1, keepdims=True) + 1e-9))
+    col_factor = safe_rsqrt(v_col)
+    fac_mom = m * jnp.expand_dims(row_factor, d0) * jnp.expand_dims(col_factor, d1)
+    dense = base + (fac_mom,)
+    row = jnp.expand_dims(jnp.concatenate([v_row, lax.rsqrt(v_row + 1e-8)], -1), d0)
+    col = jnp.expand_dims(jnp.concatenate([v_col, lax.rsqrt(v_col + 1e-8)], -1), d1)
+    return TensorFeatures(dense, row, col, _FACTORED_DENSE_ROWS, _ROW_ROWS, _COL_ROWS)
+
+
+def _is_adam_path(path, leaf) -> bool:
+    return jnp.ndim(leaf) <= 1 or "embed" in jax.tree_util.keystr(path)
+
+
+class Celo2(AbstractLearnedOptimizer[LOState]):
+    """Celo2 as meta-trained by ELO (`ELO_Celo2LOpt`).
+
+    For a matrix (or a conv kernel, slice by slice over its last two axes), an MLP
+    $30 \\to 8 \\to 8 \\to 3$ (ReLU) maps the 30 per-element features, each normalised by its RMS
+    over the last two axes, to a direction $d$ (output 0; the other two outputs are unused). The
+    step is orthogonalised and RMS-normalised,
+
+    $$s = \\mathrm{RMSnorm}(\\mathrm{NS}_5(d)), \\qquad
+    \\theta \\leftarrow \\theta - \\eta_{t+1}(s + \\lambda_{wd}\\theta),$$
+
+    while vectors, scalars and parameters whose path contains `"embed"` take an AdamW step built
+    from the shared accumulators,
+    $\\theta \\leftarrow \\theta - k\\,\\eta_{t+1}\\left(\\hat m/(\\sqrt{\\hat v} + 10^{-8}) +
+    \\lambda_{a}\\theta\\right)$ with $\\hat m = m_{0.9}/(1-0.9^{t+1})$ and
+    $\\hat v = v/(1-\\beta_v^{t+1})$.
+
+    The meta-parameters are the arrays `w0 [30, 8]` (the per-group first-layer matrices
+    `w0__0 ... w0__13` stacked in numeric group order), `b0, w1, b1, w2 [8, 3], b2`.
+    Defaults follow ELO's README meta-training command: constant learning rate $10^{-3}$
+    (`init_lr = peak_lr = end_lr = 1e-3`, no warmup), `adam_lr_mult = 20`,
+    `weight_decay = 0`, gradient clipping at global norm 1. (ELO's `elo_celo2.py` config file
+    instead has `init_lr = 0`, `peak_lr = 1e-3`, `end_lr = 0`, `warmup_fraction = 0.05`,
+    `weight_decay = 0.1`, `adam_lr_mult = 1`.)
+    """
+
+    w0: Float[Array, "30 hidden"]
+    b0: Float[Array, " hidden"]
+    w1: Float[Array, "hidden hidden"]
+    b1: Float[Array, " hidden"]
+    w2: Float[Array, "hidden 3"]
+    b2: Float[Array, " 3"]
+    momentum_decays: tuple[float, ...] = eqx.field(static=True)
+    rms_decays: tuple[float, ...] = eqx.field(static=True)
+    adafactor_decays: tuple[float, ...] = eqx.field(static=True)
+    init_lr: float = eqx.field(static=True)
+    peak_lr: float = eqx.field(static=True)
+    end_lr: float = eqx.field(static=True)
+    warmup_fraction: float = eqx.field(static=True)
+    warmup_steps: int = eqx.field(static=True)
+    weight_decay: float = eqx.field(static=True)
+    adam_lr_mult: float = eqx.field(static=True)
+    adam_weight_decay: float | None = eqx.field(static=True)
+    clip_grad: bool = eqx.field(static=True)
+    clip_norm: float = eqx.field(static=True)
+    orthogonalize: bool = eqx.field(static=True)
+
+    imitation_magnitude: ClassVar[Literal["norm", "elementwise"]] = "elementwise"
+
+    def __init__(
+        self,
+        *,
+        key: PRNGKeyArray | None = None,
+        weights: Mapping[str, Any] | None = None,
+        hidden_size: int = 8,
+        momentum_decays: tuple[float, ...] = (0.9, 0.99, 0.999),
+        rms_decays: tuple[float, ...] = (0.95,),
+        adafactor_decays: tuple[float, ...] = (0.9, 0.99, 0.999),
+        init_lr: float = 1e-3,
+        peak_lr: float = 1e-3,
+        end_lr: float = 1e-3,
+        warmup_fraction: float = 0.0,
+        warmup_steps: int = 0,
+        weight_decay: float = 0.0,
+        adam_lr_mult: float = 20.0,
+        adam_weight_decay: float | None = None,
+        clip_grad: bool = True,
+        clip_norm: float = 1.0,
+        orthogonalize: bool = True,
+    ):
+        """**Arguments:**
+
+        - `key`: initialises the MLP: every weight is drawn from a normal distribution with
+          standard deviation $1/\\sqrt{\\text{fan\\_in}}$ truncated at $\\pm 2\\sigma$ (not
+          rescaled, as haiku's `TruncatedNormal`), with fan-in 30 for every row of `w0` and 8
+          for `w1`, `w2`; biases are 0. Not needed with `weights`.
+        - `weights`: MLP weights in the neutral layout (`w0 [30, h]`, `b0 [h]`, `w1 [h, h]`,
+          `b1 [h]`, `w2 [h, 3]`, `b2 [3]`); per-group `w0__k` matrices (haiku layout) are
+          stacked in numeric order.
+        - `hidden_size`: $h$ (8).
+        - `momentum_decays`, `rms_decays`, `adafactor_decays`: accumulator decays
+          ((0.9, 0.99, 0.999), (0.95,), (0.9, 0.99, 0.999)).
+        - `init_lr`, `peak_lr`, `end_lr`, `warmup_fraction`, `warmup_steps`: the schedule
+          $\\eta$ of `learning_rate` (1e-3, 1e-3, 1e-3, 0.0, 0).
+        - `weight_decay`: $\\lambda_{wd}$ for the Celo2 path (0.0).
+        - `adam_lr_mult`: $k$, the AdamW path's learning-rate multiplier (20.0).
+        - `adam_weight_decay`: $\\lambda_a$; `None` means `weight_decay`.
+        - `clip_grad`, `clip_norm`: clip gradients by global norm first (True, 1.0).
+        - `orthogonalize`: apply Newton–Schulz to matrix steps (True).
+        """
+        shapes = {
+            "w0": (_NUM_FEATURES, hidden_size),
+            "b0": (hidden_size,),
+            "w1": (hidden_size, hidden_size),
+            "b1": (hidden_size,),
+            "w2": (hidden_size, 3),
+            "b2": (3,),
+        }
+        if weights is None:
+            if key is None:
+                raise ValueError("Celo2 needs a `key` to initialise its weights (or `weights`).")
+            k0, k1, k2 = jax.random.split(key, 3)
+            w = {
+                "w0": truncated_normal(k0, shapes["w0"], _NUM_FEATURES),
+                "b0": jnp.zeros(shapes["b0"]),
+                "w1": truncated_normal(k1, shapes["w1"], hidden_size),
+                "b1": jnp.zeros(shapes["b1"]),
+                "w2": truncated_normal(k2, shapes["w2"], hidden_size),
+                "b2": jnp.zeros(shapes["b2"]),
+            }
+        else:
+            w = {k: jnp.asarray(v) for k, v in read_weights(weights, shapes, owner="Celo2").items()}
+        self.w0, self.b0, self.w1, self.b1, self.w2, self.b2 = (w[k] for k in WEIGHT_NAMES)
+        self.momentum_decays = tuple(float(b) for b in momentum_decays)
+        self.rms_decays = tuple(float(b) for b in rms_decays)
+        self.adafactor_decays = tuple(float(b) for b in adafactor_decays)
+        self.init_lr = float(init_lr)
+        self.peak_lr = float(peak_lr)
+        self.end_lr = float(end_lr)
+        self.warmup_fraction = float(warmup_fraction)
+        self.warmup_steps = int(warmup_steps)
+        self.weight_decay = float(weight_decay)
+        self.adam_lr_mult = float(adam_lr_mult)
+        self.adam_weight_decay = None if adam_weight_decay is None else float(adam_weight_decay)
+        self.clip_grad = bool(clip_grad)
+        self.clip_norm = float(clip_norm)
+        self.orthogonalize = bool(orthogonalize)
+
+    def __check_init__(self):
+        for name, n in (("momentum_decays", 3), ("rms_decays", 1), ("adafactor_decays", 3)):
+            decays = getattr(self, name)
+            if len(decays) != n:
+                raise ValueError(
+                    f"Celo2.{name} must hold {n} decays (the 30-feature layout); got {decays}."
+                )
+            if not all(0.0 <= b <= 1.0 for b in decays):
+                raise ValueError(f"Celo2.{name} must lie in [0, 1]; got {decays}.")
+        if self.warmup_fraction < 0 or self.warmup_steps < 0:
+            raise ValueError(
+                "Celo2.warmup_fraction and Celo2.warmup_steps must be >= 0; got "
+                f"{self.warmup_fraction} and {self.warmup_steps}."
+            )
+        if self.clip_norm <= 0:
+            raise ValueError(f"Celo2.clip_norm must be > 0; got {self.clip_norm}.")
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Mapping[str, Any],
+        *,
+        key: PRNGKeyArray | None = None,
+        weights: Mapping[str, Any] | None = None,
+    ) -> "Celo2":
+        """Build from the keyword arguments of the reference `ELO_Celo2LOpt`.
+
+        **Arguments:**
+
+        - `config`: the reference constructor kwargs (e.g. the `config` of a parity file).
+          Missing keys take the reference class defaults (so `{}` is the `ELO_Celo2LOpt` class,
+          not this class's README defaults; with `weights`, the hidden size is read from them).
+          Expert settings and `meta_train` are ignored. Values this implementation does not
+          support (`use_adamw_for_1d=False`, `ff_hidden_layers != 2`, a changed
+          `Celo2Transformation` switch) raise a `ValueError`; unknown keys are ignored with a
+          warning.
+        - `key`, `weights`: as for the constructor.
+
+        **Returns:**
+
+        A `Celo2`.
+        """
+        reference_defaults = {
+            "init_lr": 0.0,
+            "peak_lr": 1e-3,
+            "end_lr": 1e-5,
+            "warmup_fraction": 0.0,
+            "warmup_steps": 0,
+            "weight_decay": 0.0,
+            "adam_lr_mult": 1.0,
+            "clip_grad": False,
+        }
+        kwargs = split_config(
+            config,
+            owner="Celo2.from_config",
+            renames={
+                "orthogonalize": "orthogonalize",
+                "ff_hidden_size": "hidden_size",
+                "initial_momentum_decays": "momentum_decays",
+                "initial_rms_decays": "rms_decays",
+                "initial_adafactor_decays": "adafactor_decays",
+                "init_lr": "init_lr",
+                "peak_lr": "peak_lr",
+                "warmup_steps": "warmup_steps",
+                "warmup_fraction": "warmup_fraction",
+                "end_lr": "end_lr",
+                "weight_decay": "weight_decay",
+                "adam_lr_mult": "adam_lr_mult",
+                "adam_weight_decay": "adam_weight_decay",
+                "clip_grad": "clip_grad",
+                "clip_norm": "clip_norm",
+            },
+            required=_FIXED_CELO2_KWARGS,
+            ignored=frozenset(
+                {
+                    "expert_lr_max",
+                    "expert_lr_min",
+                    "expert_lr_decay_steps",
+                    "expert_weight_decay",
+                    "expert_optim",
+                    "muon_expert_adamlr_scaler",
+                    "meta_train",
+                }
+            ),
+        )
+        if weights is not None and "hidden_size" not in kwargs:
+            kwargs["hidden_size"] = hidden_size_of(weights)
+        return cls(key=key, weights=weights, **{**reference_defaults, **kwargs})
+
+    def load_weights(self, weights: Mapping[str, Any]) -> "Celo2":
+        """A copy of this optimizer with the MLP weights replaced.
+
+        **Arguments:**
+
+        - `weights`: weights in the neutral layout (see `__init__`), or a reference checkpoint's
+          `theta` (`{"ff_mod_stack": {"~": {"w0__0", ..., "w0__13", "b0", ...}}}`).
+
+        **Returns:**
+
+        A new `Celo2`.
+        """
+        shapes = {k: getattr(self, k).shape for k in WEIGHT_NAMES}
+        new = read_weights(weights, shapes, owner="Celo2")
+        return eqx.tree_at(
+            lambda lo: [getattr(lo, k) for k in WEIGHT_NAMES],
+            self,
+            [jnp.asarray(new[k]) for k in WEIGHT_NAMES],
+        )
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        """The MLP weights in the neutral layout (`w0` stacked `[30, h]`), as float32 numpy."""
+        return {k: np.asarray(getattr(self, k), np.float32) for k in WEIGHT_NAMES}
+
+    def init(self, params: Params, num_steps: int | Int[ArrayLike, ""]) -> LOState:
+        """Zero accumulators for `params` (see [`elo.optimizers.LOState`][]); `num_steps` is
+        stored as an `int32` array."""
+        check_float_leaves(params, what="params")
+        return init_accumulators(
+            params,
+            num_steps,
+            momentum_decays=self.momentum_decays,
+            rms_decays=self.rms_decays,
+            adafactor_decays=self.adafactor_decays,
+        )
+
+    def preprocess_grads(self, grads: Updates) -> Updates:
+        """Global-norm clipping (if `clip_grad`), then `nan_to_num`."""
+        return clip_and_clean(grads, clip_grad=self.clip_grad, clip_norm=self.clip_norm)
+
+    def learning_rate(
+        self, iteration: Int[ArrayLike, ""], num_steps: Int[ArrayLike, ""]
+    ) -> Float[Array, ""]:
+        """$\\eta_{t+1}$, with $\\eta_x$ a linear warmup from `init_lr` to `peak_lr` over
+        $W = \\max(\\text{warmup\\_fraction}\\cdot N, 1)$ steps (or `max(warmup_steps, 1)`), then
+        a cosine from `peak_lr` to `end_lr` reached at $x = N$. Note the shift: update $t$ uses
+        $\\eta_{t+1}$."""
+        n = jnp.asarray(num_steps, jnp.int32)
+        step = (jnp.asarray(iteration, jnp.int32) + 1).astype(jnp.float32)
+        if self.warmup_fraction > 0:
+            warmup = jnp.float32(self.warmup_fraction * n)
+        else:
+            warmup = self.warmup_steps
+        warmup = jnp.maximum(jnp.asarray(warmup, jnp.float32), 1.0)
+        decay = jnp.maximum(n.astype(jnp.float32), 1.0)
+        ramp = self.init_lr + (self.peak_lr - self.init_lr) * jnp.minimum(step / warmup, 1.0)
+        progress = jnp.clip((step - warmup) / jnp.maximum(decay - warmup, 1.0), 0.0, 1.0)
+        cosine = self.end_lr + (self.peak_lr - self.end_lr) * 0.5 * (
+            1.0 + jnp.cos(jnp.pi * progress)
+        )
+        return jnp.where(step < warmup, ramp, cosine).astype(jnp.float32)
+
+    def imitation_leaves(self, params: Params) -> PyTree[bool]:
+        """The Celo2-path parameters: rank $\\geq 2$ and no `"embed"` in the path."""
+        return jax.tree_util.tree_map_with_path(lambda k, x: not _is_adam_path(k, x), params)
+
+    @property
+    def expert_b2(self) -> float:
+        """`rms_decays[-1]`."""
+        return self.rms_decays[-1]
+
+    def _direction(self, feats: TensorFeatures, ndim: int):
+        def rest(h):
+            h = jax.nn.relu(h @ self.w1 + bcast(self.b1, h.ndim))
+            return (h @ self.w2[:, 0] + self.b2[0],)
+
+        (direction,) = mlp(feats, self.w0, self.b0, rest, axes=tuple(range(ndim))[-2:], eps=_EPS)
+        return direction
+
+    def _step(self, direction):
+        axes = tuple(range(direction.ndim))[-2:]
+        ns = direction
+        if self.orthogonalize and direction.ndim >= 2:
+            ns = newton_schulz(direction, form="celo2")
+        return ns, second_moment_normalize(ns, axes, _EPS)
+
+    def update_preprocessed(
+        self, grads: Updates, state: LOState, params: Params
+    ) -> tuple[Updates, LOState]:
+        """One update from preprocessed gradients: `(updates, new_state)`. Pure; jit- and
+        vmap-able (e.g. over a batch of optimizee states)."""
+        check_structure(grads, params, state.mom, owner="Celo2")
+        t = state.iteration
+        state, fac_g = accumulate(
+            state,
+            grads,
+            momentum_decays=self.momentum_decays,
+            rms_decays=self.rms_decays,
+            adafactor_decays=self.adafactor_decays,
+        )
+        lr = self.learning_rate(t, state.num_steps)
+        count = t + 1
+        adam_lr = self.adam_lr_mult * lr
+        adam_wd = self.weight_decay if self.adam_weight_decay is None else self.adam_weight_decay
+        b1 = jnp.asarray(self.momentum_decays[0], jnp.float32)
+        b2 = jnp.asarray(self.rms_decays[-1], jnp.float32)
+        path_leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+        others = [
+            treedef.flatten_up_to(x)
+            for x in (grads, state.mom, state.rms, fac_g, state.v_row, state.v_col)
+        ]
+        updates = []
+        for (path, p), g, m, v, fg, row, col in zip(path_leaves, *others):
+            shape, dtype = p.shape, p.dtype
+            p32, m, v = p.astype(jnp.float32), m.astype(jnp.float32), v.astype(jnp.float32)
+            if _is_adam_path(path, p):
+                m_hat = m[..., 0] / (1.0 - b1**count)
+                v_hat = v[..., -1] / (1.0 - b2**count)
+                u = -(adam_lr * (m_hat / (jnp.sqrt(v_hat) + 1e-8) + adam_wd * p32))
+            else:
+                feats = _features(p32, g.astype(jnp.float32), m, v, fg, row, col)
+                _, step = self._step(self._direction(feats, p.ndim))
+                u = -(lr * (step + self.weight_decay * p32))
+            updates.append(u.reshape(shape).astype(dtype))
+        state = eqx.tree_at(lambda s: s.iteration, state, t + 1)
+        return jax.tree.unflatten(treedef, updates), state
+
+    def tensor_outputs(
+        self,
+        p: Float[ArrayLike, "..."],
+        g: Float[ArrayLike, "..."],
+        m: Float[ArrayLike, "..."],
+        rms: Float[ArrayLike, "..."],
+        fac_g: Float[ArrayLike, "..."],
+        v_row: Float[ArrayLike, "..."],
+        v_col: Float[ArrayLike, "..."],
+        v_diag: Float[ArrayLike, "..."] | None = None,
+    ) -> dict[str, Float[Array, "..."]]:
+        """The network's view of one parameter tensor, for inspection and testing.
+
+        The Celo2 path is evaluated for any tensor, including those `update` sends to AdamW.
+
+        **Arguments:**
+
+        - `p`, `g`: the parameter (before the update) and its preprocessed gradient, shape `S`.
+        - `m`, `rms`, `fac_g`, `v_row`, `v_col`: the post-update accumulators of this tensor and
+          its Adafactor-normalised gradient (shapes as in `LOState`).
+        - `v_diag`: unused (Celo2 has no diagonal-Adafactor features); accepted for symmetry.
+
+        **Returns:**
+
+        A dict with `features` (`S + (30,)` for rank $\\geq 2$, `S + (15,)` otherwise, the
+        normalised MLP input), `direction` (MLP output 0), `step_ns` (rank $\\geq 2$ only: NS5 of
+        the direction) and `step` (the final RMS-normalised step $s$), each of shape `S` unless
+        stated.
+        """
+        del v_diag
+        p, g, m, rms, fac_g, v_row, v_col = (
+            jnp.asarray(x, jnp.float32) for x in (p, g, m, rms, fac_g, v_row, v_col)
+        )
+        shape = p.shape
+        if p.ndim == 0:
+            p, g, m, rms, fac_g = (x[None] for x in (p, g, m, rms, fac_g))
+        feats = _features(p, g, m, rms, fac_g, v_row, v_col)
+        explicit = explicit_features(feats, tuple(range(p.ndim))[-2:], _EPS)
+        direction = self._direction(feats, p.ndim)
+        step_ns, step = self._step(direction)
+        out = {
+            "features": explicit.reshape(shape + explicit.shape[-1:]),
+            "direction": direction.reshape(shape),
+            "step": step.reshape(shape),
+        }
+        if p.ndim >= 2:
+            out["step_ns"] = step_ns
+        return out

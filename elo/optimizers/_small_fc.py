@@ -1,0 +1,440 @@
+"""`small_fc`: the per-parameter MLP learned optimizer with Adafactor features."""
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
+
+from .._custom_types import Params, Updates
+from ._accumulators import accumulate, factored_dims, init_accumulators, LOState, safe_rsqrt
+from ._base import AbstractLearnedOptimizer
+from ._network import (
+    bcast,
+    explicit_features,
+    mlp,
+    tanh_embedding,
+    TensorFeatures,
+    truncated_normal,
+)
+from ._preprocess import check_float_leaves, check_structure, clip_and_clean
+from ._weights import hidden_size_of, read_weights, split_config, WEIGHT_NAMES
+
+
+_NUM_FEATURES = 39
+_NUM_NORMALISED = 28
+# First-layer rows (see the feature table in the docs) of the channels that are computed on the
+# full tensor, and of those that are constant along the largest / second-largest axis.
+_FACTORED_DENSE_ROWS = tuple(range(13)) + (25, 26, 27)
+_ROW_ROWS = (13, 14, 15, 19, 20, 21)
+_COL_ROWS = (16, 17, 18, 22, 23, 24)
+_UNFACTORED_DENSE_ROWS = tuple(range(_NUM_NORMALISED))
+_EPS = 1e-5
+
+
+def _cosine(step, total, start: float, end: float):
+    fraction = jnp.clip(step / (total - 1), 0.0, 1.0)
+    cosine_decay = 0.5 * (1.0 + jnp.cos(jnp.pi * fraction))
+    return end + (start - end) * cosine_decay
+
+
+def _features(p, g, m, v, fac_g, v_row, v_col, v_diag) -> TensorFeatures:
+    rsqrt_v = lax.rsqrt(v + 1e-6)
+    base = (g[..., None], p[..., None], m, v, m * rsqrt_v, rsqrt_v, fac_g)
+    dims = factored_dims(p.shape)
+    if dims is None:
+        rsqrt_diag = lax.rsqrt(v_diag + 1e-8)
+        fac_mom = m * (v_diag + 1e-6) ** -0.5
+        dense = base + (v_diag, v_diag, rsqrt_diag, rsqrt_diag, fac_mom)
+        return TensorFeatures(dense, None, None, _UNFACTORED_DENSE_ROWS, (), ())
+    d1, d0 = dims
+    reduced_d1 = d1 - 1 if d1 > d0 else d1
+    row_factor = safe_rsqrt(v_row / (jnp.mean(v_row, axis=reduced_d1, keepdims=True) + 1e-9))
+    col_factor = safe_rsqrt(v_col)
+    fac_mom = m * jnp.expand_dims(row_factor, d0) * jnp.expand_dims(col_factor, d1)
+    dense = base + (fac_mom,)
+    row = jnp.expand_dims(jnp.concatenate([v_row, lax.rsqrt(v_row + 1e-8)], -1), d0)
+    col = jnp.expand_dims(jnp.concatenate([v_col, lax.rsqrt(v_col + 1e-8)], -1), d1)
+    return TensorFeatures(dense, row, col, _FACTORED_DENSE_ROWS, _ROW_ROWS, _COL_ROWS)
+
+
+class SmallFC(AbstractLearnedOptimizer[LOState]):
+    """ELO's `small_fc` learned optimizer (`ELO_AdafacMLPLOpt`; Metz et al.'s `small_fc_lopt`).
+
+    Every parameter tensor goes through the same MLP $39 \\to 32 \\to 32 \\to 2$ (ReLU), applied
+    per element. With $x$ the 39 features of an element (28 accumulator statistics, each
+    normalised by its RMS over the whole tensor, and 11 time features), the MLP outputs a
+    direction $d$ and a log-magnitude $\\mu$, and
+
+    $$\\theta \\leftarrow \\theta - \\eta_t\\left(d \\, e^{\\lambda_2 \\mu} +
+    \\lambda_{wd}\\, \\theta\\right),$$
+
+    with $\\eta_t$ the learning-rate schedule of `learning_rate`. See the API page for the
+    feature table.
+
+    The meta-parameters are the arrays `w0, b0, w1, b1, w2, b2` (haiku layout, `W: [in, out]`).
+    Every other field is static; the defaults are those of ELO's `elo_small_fc_mlp.py` config.
+
+    !!! example
+
+        ```python
+        lo = SmallFC(key=jax.random.key(0))
+        state = lo.init(params, num_steps=1000)
+        updates, state = lo.update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+        ```
+    """
+
+    w0: Float[Array, "39 hidden"]
+    b0: Float[Array, " hidden"]
+    w1: Float[Array, "hidden hidden"]
+    b1: Float[Array, " hidden"]
+    w2: Float[Array, "hidden 2"]
+    b2: Float[Array, " 2"]
+    step_mult: float = eqx.field(static=True)
+    exp_mult: float = eqx.field(static=True)
+    momentum_decays: tuple[float, ...] = eqx.field(static=True)
+    rms_decays: tuple[float, ...] = eqx.field(static=True)
+    adafactor_decays: tuple[float, ...] = eqx.field(static=True)
+    init_lr: float = eqx.field(static=True)
+    warmup_fraction: float = eqx.field(static=True)
+    warmup_steps: int = eqx.field(static=True)
+    use_cosine_schedule: bool = eqx.field(static=True)
+    step_mult_min: float = eqx.field(static=True)
+    cosine_steps: int | None = eqx.field(static=True)
+    weight_decay: float = eqx.field(static=True)
+    clip_grad: bool = eqx.field(static=True)
+    clip_norm: float = eqx.field(static=True)
+
+    imitation_magnitude: ClassVar[Literal["norm", "elementwise"]] = "norm"
+
+    def __init__(
+        self,
+        *,
+        key: PRNGKeyArray | None = None,
+        weights: Mapping[str, Any] | None = None,
+        hidden_size: int = 32,
+        step_mult: float = 1e-3,
+        exp_mult: float = 1e-3,
+        momentum_decays: tuple[float, ...] = (0.9, 0.99, 0.999),
+        rms_decays: tuple[float, ...] = (0.999,),
+        adafactor_decays: tuple[float, ...] = (0.9, 0.99, 0.999),
+        init_lr: float = 0.0,
+        warmup_fraction: float = 0.05,
+        warmup_steps: int = 0,
+        use_cosine_schedule: bool = False,
+        step_mult_min: float = 1e-4,
+        cosine_steps: int | None = None,
+        weight_decay: float = 0.0,
+        clip_grad: bool = False,
+        clip_norm: float = 1.0,
+    ):
+        """**Arguments:**
+
+        - `key`: initialises the MLP: every weight is drawn from a normal distribution with
+          standard deviation $1/\\sqrt{\\text{fan\\_in}}$ truncated at $\\pm 2\\sigma$ (not
+          rescaled, as haiku's `TruncatedNormal`); biases are 0. Not needed with `weights`.
+        - `weights`: MLP weights in the neutral layout (`w0 [39, h]`, `b0 [h]`, `w1 [h, h]`,
+          `b1 [h]`, `w2 [h, 2]`, `b2 [2]`), e.g. from `export_weights` or a reference checkpoint.
+        - `hidden_size`: $h$, the width of the two hidden layers (32).
+        - `step_mult`: $\\lambda_1$, the learning rate after warmup (1e-3).
+        - `exp_mult`: $\\lambda_2$, the scale of the magnitude exponent (1e-3).
+        - `momentum_decays`, `rms_decays`, `adafactor_decays`: the accumulator decays
+          ((0.9, 0.99, 0.999), (0.999,), (0.9, 0.99, 0.999)). ELO's ViT config uses
+          `rms_decays=(0.95,)`; run a trained optimizer with the decays it was trained with.
+        - `init_lr`, `warmup_fraction`, `warmup_steps`: linear warmup from `init_lr` to
+          `step_mult` over $W = \\max(\\text{warmup\\_fraction}\\cdot N, 1)$ steps, or over
+          `max(warmup_steps, 1)` steps when `warmup_fraction` is 0 (0.0, 0.05, 0).
+        - `use_cosine_schedule`, `step_mult_min`, `cosine_steps`: after warmup, decay from
+          `step_mult` to `step_mult_min` with a cosine over `cosine_steps` steps (the run length
+          $N$ if `None`; the reference uses 10 000 in meta-training) (False, 1e-4, None).
+        - `weight_decay`: decoupled weight decay, multiplied by the learning rate (0.0).
+        - `clip_grad`, `clip_norm`: clip the gradients by global norm first (False, 1.0).
+        """
+        shapes = {
+            "w0": (_NUM_FEATURES, hidden_size),
+            "b0": (hidden_size,),
+            "w1": (hidden_size, hidden_size),
+            "b1": (hidden_size,),
+            "w2": (hidden_size, 2),
+            "b2": (2,),
+        }
+        if weights is None:
+            if key is None:
+                raise ValueError("SmallFC needs a `key` to initialise its weights (or `weights`).")
+            k0, k1, k2 = jax.random.split(key, 3)
+            w = {
+                "w0": truncated_normal(k0, shapes["w0"], _NUM_FEATURES),
+                "b0": jnp.zeros(shapes["b0"]),
+                "w1": truncated_normal(k1, shapes["w1"], hidden_size),
+                "b1": jnp.zeros(shapes["b1"]),
+                "w2": truncated_normal(k2, shapes["w2"], hidden_size),
+                "b2": jnp.zeros(shapes["b2"]),
+            }
+        else:
+            w = {
+                k: jnp.asarray(v) for k, v in read_weights(weights, shapes, owner="SmallFC").items()
+            }
+        self.w0, self.b0, self.w1, self.b1, self.w2, self.b2 = (w[k] for k in WEIGHT_NAMES)
+        self.step_mult = float(step_mult)
+        self.exp_mult = float(exp_mult)
+        self.momentum_decays = tuple(float(b) for b in momentum_decays)
+        self.rms_decays = tuple(float(b) for b in rms_decays)
+        self.adafactor_decays = tuple(float(b) for b in adafactor_decays)
+        self.init_lr = float(init_lr)
+        self.warmup_fraction = float(warmup_fraction)
+        self.warmup_steps = int(warmup_steps)
+        self.use_cosine_schedule = bool(use_cosine_schedule)
+        self.step_mult_min = float(step_mult_min)
+        self.cosine_steps = None if cosine_steps is None else int(cosine_steps)
+        self.weight_decay = float(weight_decay)
+        self.clip_grad = bool(clip_grad)
+        self.clip_norm = float(clip_norm)
+
+    def __check_init__(self):
+        for name, n in (("momentum_decays", 3), ("rms_decays", 1), ("adafactor_decays", 3)):
+            decays = getattr(self, name)
+            if len(decays) != n:
+                raise ValueError(
+                    f"SmallFC.{name} must hold {n} decays (the 39-feature layout); got {decays}."
+                )
+            if not all(0.0 <= b <= 1.0 for b in decays):
+                raise ValueError(f"SmallFC.{name} must lie in [0, 1]; got {decays}.")
+        if self.warmup_fraction < 0 or self.warmup_steps < 0:
+            raise ValueError(
+                "SmallFC.warmup_fraction and SmallFC.warmup_steps must be >= 0; got "
+                f"{self.warmup_fraction} and {self.warmup_steps}."
+            )
+        if self.cosine_steps is not None and self.cosine_steps < 2:
+            raise ValueError(f"SmallFC.cosine_steps must be >= 2 or None; got {self.cosine_steps}.")
+        if self.clip_norm <= 0:
+            raise ValueError(f"SmallFC.clip_norm must be > 0; got {self.clip_norm}.")
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Mapping[str, Any],
+        *,
+        key: PRNGKeyArray | None = None,
+        weights: Mapping[str, Any] | None = None,
+    ) -> "SmallFC":
+        """Build from the keyword arguments of the reference `ELO_AdafacMLPLOpt`.
+
+        **Arguments:**
+
+        - `config`: the reference constructor kwargs (e.g. the `config` of a parity file).
+          Missing keys take the reference class defaults (which differ from this class's only
+          in `hidden_size = 4`; with `weights`, the hidden size is read from them). Expert
+          settings and equivalent code-path switches (`concat_weights`, ...) are ignored;
+          `meta_train=True` makes the optional cosine schedule run over 10 000 steps, as in the
+          reference; unsupported values (e.g. `hidden_layers != 2`) raise a `ValueError`; unknown
+          keys are ignored with a warning.
+        - `key`, `weights`: as for the constructor.
+
+        **Returns:**
+
+        A `SmallFC`.
+        """
+        kwargs = split_config(
+            config,
+            owner="SmallFC.from_config",
+            renames={
+                "exp_mult": "exp_mult",
+                "step_mult": "step_mult",
+                "init_lr": "init_lr",
+                "warmup_fraction": "warmup_fraction",
+                "warmup_steps": "warmup_steps",
+                "weight_decay": "weight_decay",
+                "hidden_size": "hidden_size",
+                "initial_momentum_decays": "momentum_decays",
+                "initial_rms_decays": "rms_decays",
+                "initial_adafactor_decays": "adafactor_decays",
+                "clip_grad": "clip_grad",
+                "clip_norm": "clip_norm",
+                "use_lo_cosine_scheduler": "use_cosine_schedule",
+                "step_mult_min": "step_mult_min",
+            },
+            required={"hidden_layers": 2},
+            ignored=frozenset(
+                {
+                    "concat_weights",
+                    "make_separate_weights",
+                    "split_weights",
+                    "meta_train",
+                    "expert_lr_max",
+                    "expert_lr_min",
+                    "expert_lr_decay_steps",
+                    "expert_weight_decay",
+                    "expert_optim",
+                    "muon_expert_adamlr_scaler",
+                }
+            ),
+        )
+        if config.get("meta_train", False):
+            kwargs["cosine_steps"] = 10_000
+        if "hidden_size" not in kwargs:
+            kwargs["hidden_size"] = 4 if weights is None else hidden_size_of(weights)
+        return cls(key=key, weights=weights, **kwargs)
+
+    def load_weights(self, weights: Mapping[str, Any]) -> "SmallFC":
+        """A copy of this optimizer with the MLP weights replaced.
+
+        **Arguments:**
+
+        - `weights`: weights in the neutral layout (see `__init__`); a reference checkpoint's
+          `theta` (`{"nn": {"~": {...}}}`) is accepted too.
+
+        **Returns:**
+
+        A new `SmallFC`.
+        """
+        shapes = {k: getattr(self, k).shape for k in WEIGHT_NAMES}
+        new = read_weights(weights, shapes, owner="SmallFC")
+        return eqx.tree_at(
+            lambda lo: [getattr(lo, k) for k in WEIGHT_NAMES],
+            self,
+            [jnp.asarray(new[k]) for k in WEIGHT_NAMES],
+        )
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        """The MLP weights in the neutral layout, as float32 numpy arrays keyed `w0 ... b2`."""
+        return {k: np.asarray(getattr(self, k), np.float32) for k in WEIGHT_NAMES}
+
+    def init(self, params: Params, num_steps: int | Int[ArrayLike, ""]) -> LOState:
+        """Zero accumulators for `params` (see [`elo.optimizers.LOState`][]); `num_steps` is
+        stored as an `int32` array."""
+        check_float_leaves(params, what="params")
+        return init_accumulators(
+            params,
+            num_steps,
+            momentum_decays=self.momentum_decays,
+            rms_decays=self.rms_decays,
+            adafactor_decays=self.adafactor_decays,
+        )
+
+    def preprocess_grads(self, grads: Updates) -> Updates:
+        """Global-norm clipping (if `clip_grad`), then `nan_to_num`."""
+        return clip_and_clean(grads, clip_grad=self.clip_grad, clip_norm=self.clip_norm)
+
+    def learning_rate(
+        self, iteration: Int[ArrayLike, ""], num_steps: Int[ArrayLike, ""]
+    ) -> Float[Array, ""]:
+        """$\\eta_t$: linear warmup from `init_lr` to `step_mult` while $t < W$, then `step_mult`
+        (or its cosine decay to `step_mult_min`). Note $\\eta_0 = $ `init_lr`."""
+        t = jnp.asarray(iteration, jnp.int32)
+        n = jnp.asarray(num_steps, jnp.int32)
+        if self.use_cosine_schedule:
+            total = n if self.cosine_steps is None else self.cosine_steps
+            base = _cosine(t, total, self.step_mult, self.step_mult_min)
+        else:
+            base = jnp.asarray(self.step_mult, jnp.float32)
+        warmup = self.warmup_fraction * n if self.warmup_fraction > 0 else self.warmup_steps
+        warmup = jnp.maximum(jnp.asarray(warmup, jnp.float32), 1.0)
+        tf = t.astype(jnp.float32)
+        ramp = self.init_lr + (self.step_mult - self.init_lr) * jnp.minimum(tf / warmup, 1.0)
+        return jnp.where(tf < warmup, ramp, base).astype(jnp.float32)
+
+    def imitation_leaves(self, params: Params) -> PyTree[bool]:
+        """Every parameter takes part in small_fc's imitation losses."""
+        return jax.tree.map(lambda _: True, params)
+
+    @property
+    def expert_b2(self) -> float:
+        """`rms_decays[0]`."""
+        return self.rms_decays[0]
+
+    def _mlp(self, feats: TensorFeatures, bias0, ndim: int):
+        def rest(h):
+            h = jax.nn.relu(h @ self.w1 + bcast(self.b1, h.ndim))
+            out = h @ self.w2 + bcast(self.b2, h.ndim)
+            return out[..., 0], out[..., 1]
+
+        return mlp(feats, self.w0, bias0, rest, axes=tuple(range(ndim)), eps=_EPS)
+
+    def _time_bias(self, iteration):
+        return tanh_embedding(iteration) @ self.w0[_NUM_NORMALISED:] + self.b0
+
+    def update_preprocessed(
+        self, grads: Updates, state: LOState, params: Params
+    ) -> tuple[Updates, LOState]:
+        """One update from preprocessed gradients: `(updates, new_state)`. Pure; jit- and
+        vmap-able (e.g. over a batch of optimizee states)."""
+        check_structure(grads, params, state.mom, owner="SmallFC")
+        t = state.iteration
+        state, fac_g = accumulate(
+            state,
+            grads,
+            momentum_decays=self.momentum_decays,
+            rms_decays=self.rms_decays,
+            adafactor_decays=self.adafactor_decays,
+        )
+        lr = self.learning_rate(t, state.num_steps)
+        const = self._time_bias(t)
+        leaves, treedef = jax.tree.flatten(params)
+        others = [
+            treedef.flatten_up_to(x)
+            for x in (grads, state.mom, state.rms, fac_g, state.v_row, state.v_col, state.v_diag)
+        ]
+        updates = []
+        for p, g, m, v, fg, row, col, diag in zip(leaves, *others):
+            shape, dtype = p.shape, p.dtype
+            p32, g32 = p.astype(jnp.float32), g.astype(jnp.float32)
+            m, v = m.astype(jnp.float32), v.astype(jnp.float32)
+            if p.ndim == 0:
+                p32, g32, m, v, fg, diag = (x[None] for x in (p32, g32, m, v, fg, diag))
+            d, mg = self._mlp(_features(p32, g32, m, v, fg, row, col, diag), const, p32.ndim)
+            step = d * jnp.exp(mg * self.exp_mult)
+            u = -((step + self.weight_decay * p32) * lr)
+            updates.append(u.reshape(shape).astype(dtype))
+        state = eqx.tree_at(lambda s: s.iteration, state, t + 1)
+        return jax.tree.unflatten(treedef, updates), state
+
+    def tensor_outputs(
+        self,
+        p: Float[ArrayLike, "..."],
+        g: Float[ArrayLike, "..."],
+        m: Float[ArrayLike, "..."],
+        rms: Float[ArrayLike, "..."],
+        fac_g: Float[ArrayLike, "..."],
+        v_row: Float[ArrayLike, "..."],
+        v_col: Float[ArrayLike, "..."],
+        v_diag: Float[ArrayLike, "..."],
+        *,
+        iteration: Int[ArrayLike, ""],
+    ) -> dict[str, Float[Array, "..."]]:
+        """The network's view of one parameter tensor, for inspection and testing.
+
+        **Arguments:**
+
+        - `p`, `g`: the parameter (before the update) and its preprocessed gradient, shape `S`.
+        - `m`, `rms`, `fac_g`, `v_row`, `v_col`, `v_diag`: the post-update accumulators of this
+          tensor and its Adafactor-normalised gradient (shapes as in `LOState`).
+        - `iteration`: the 0-based step $t$ (for the time features).
+
+        **Returns:**
+
+        A dict with `features` (`S + (39,)`, the normalised MLP input), `direction` and
+        `magnitude` (the two MLP outputs) and `step` ($d\\,e^{\\lambda_2\\mu}$, before the
+        learning rate and weight decay), each of shape `S` unless stated.
+        """
+        p, g, m, rms, fac_g, v_row, v_col, v_diag = (
+            jnp.asarray(x, jnp.float32) for x in (p, g, m, rms, fac_g, v_row, v_col, v_diag)
+        )
+        shape = p.shape
+        if p.ndim == 0:
+            p, g, m, rms, fac_g, v_diag = (x[None] for x in (p, g, m, rms, fac_g, v_diag))
+        iteration = jnp.asarray(iteration, jnp.int32)
+        feats = _features(p, g, m, rms, fac_g, v_row, v_col, v_diag)
+        explicit = explicit_features(feats, tuple(range(p.ndim)), _EPS)
+        time = jnp.broadcast_to(tanh_embedding(iteration), p.shape + (11,))
+        d, mg = self._mlp(feats, self._time_bias(iteration), p.ndim)
+        return {
+            "features": jnp.concatenate([explicit, time], -1).reshape(shape + (_NUM_FEATURES,)),
+            "direction": d.reshape(shape),
+            "magnitude": mg.reshape(shape),
+            "step": (d * jnp.exp(mg * self.exp_mult)).reshape(shape),
+        }
