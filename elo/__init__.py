@@ -1,8 +1,50 @@
-"""`elo`: meta-train learned optimizers with ELO (Efficient Long-hOrizon learning) in JAX/Equinox."""
+"""`elo`: meta-train learned optimizers with ELO (Efficient Long-hOrizon learning)."""
 
 import importlib.metadata
 
-from . import tasks as tasks
+from . import optimizers as optimizers, presets as presets, tasks as tasks
+from ._buffer import (
+    buffer_pop as buffer_pop,
+    buffer_push as buffer_push,
+    resume_decision as resume_decision,
+    ResumeBuffer as ResumeBuffer,
+    should_push as should_push,
+)
+from ._config import MetaConfig as MetaConfig
+from ._difficulty import (
+    difficulty_scores as difficulty_scores,
+    difficulty_step as difficulty_step,
+)
+from ._fusion import (
+    fused_step as fused_step,
+    FusedStep as FusedStep,
+    imitation_losses as imitation_losses,
+)
+from ._horizon import (
+    AbstractHorizon as AbstractHorizon,
+    CurriculumHorizon as CurriculumHorizon,
+    LogUniformHorizon as LogUniformHorizon,
+    UniformHorizon as UniformHorizon,
+)
+from ._meta_step import meta_step as meta_step
+from ._pes import (
+    pes_combine as pes_combine,
+    pes_grad as pes_grad,
+    sample_perturbation as sample_perturbation,
+    Unrolled as Unrolled,
+)
+from ._schedules import (
+    ramp as ramp,
+    SupervisionSchedule as SupervisionSchedule,
+    SupervisionWeights as SupervisionWeights,
+)
+from ._state import init as init, MetaState as MetaState, Metrics as Metrics
+from .optimizers import (
+    AbstractLearnedOptimizer as AbstractLearnedOptimizer,
+    as_optax as as_optax,
+    Celo2 as Celo2,
+    SmallFC as SmallFC,
+)
 
 
 __version__ = importlib.metadata.version("elo")

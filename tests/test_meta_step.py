@@ -1,0 +1,205 @@
+"""The meta-training engine: one compiled program, sharding, robustness, validation."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import elo
+from elo._meta_step import _compiled_meta_step
+from elo.tasks import AbstractTask
+
+
+TASK = "mlp-w32-d1_mnist-8x8x1"
+
+
+def small_elo_config(**overrides):
+    """ELO with every part switched on (expert, buffer, supervision ramp), at toy size."""
+    fields = dict(
+        tasks=(TASK,),
+        num_particles=4,
+        truncation_length=5,
+        min_horizon=6,
+        max_horizon=12,
+        initial_step_offset=4,
+        num_outer_steps=20,
+        supervision_start=2,
+        supervision_end=10,
+        resume_probability=0.9,
+        meta_learning_rate=1e-3,
+    )
+    fields.update(overrides)
+    return elo.presets.elo_small_fc(**fields)
+
+
+def run(config, steps, *, key=0):
+    state = elo.init(config, key=jr.key(key))
+    history = []
+    for t in range(steps):
+        state = elo.meta_step(state, jr.fold_in(jr.key(key + 1), t))
+        history.append(state.metrics.to_dict())
+    return state, history
+
+
+@pytest.fixture(scope="module")
+def sharded_run():
+    return run(small_elo_config(num_devices=4), 12)
+
+
+def test_second_and_later_calls_do_not_retrace(sharded_run):
+    state, _ = sharded_run
+    before = _compiled_meta_step._cached._cache_size()
+    for t in range(2):
+        state = elo.meta_step(state, jr.key(100 + t))
+    assert _compiled_meta_step._cached._cache_size() == before
+
+
+def test_metrics_and_buffer_extend_horizons(sharded_run):
+    state, history = sharded_run
+    assert int(state.step) == 12
+    assert all(np.isfinite(h["meta_loss"]) and np.isfinite(h["grad_norm"]) for h in history)
+    assert sum(h["buffer_resumes"] for h in history) > 0
+    assert sum(h["fresh_resets"] for h in history) > 0
+    # Chains of resumes carry inner problems past the largest sampled horizon (12).
+    assert max(h["max_inner_step"] for h in history) > 12
+    alphas = [h["alpha"] for h in history]
+    assert alphas[0] == 0.0 and alphas == sorted(alphas) and alphas[-1] > 0.5
+    assert all(0.0 <= h["direction_loss"] <= 2.0 for h in history)
+    leaves = jax.tree.leaves(eqx.filter(state.learned_optimizer, eqx.is_inexact_array))
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in leaves)
+
+
+def test_sharded_and_single_device_agree(sharded_run):
+    steps = 3
+    sharded, _ = run(small_elo_config(num_devices=4), steps)
+    single, _ = run(small_elo_config(num_devices=1), steps)
+    assert len(sharded.groups[0].step.sharding.device_set) == 4
+    assert len(single.groups[0].step.sharding.device_set) == 1
+    a = jax.device_get(eqx.filter(sharded.learned_optimizer, eqx.is_inexact_array))
+    b = jax.device_get(eqx.filter(single.learned_optimizer, eqx.is_inexact_array))
+    # Only the order of the cross-device sums differs: float32 reassociation, amplified by three
+    # AdamW steps whose first update is ~lr * sign(g); 1e-5 relative is far below one lr step.
+    assert eqx.tree_equal(a, b, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(single.groups[0].step, sharded.groups[0].step)
+
+
+def test_particles_not_divisible_by_devices_is_rejected():
+    with pytest.raises(ValueError, match="num_particles.*divisible by num_devices = 4"):
+        small_elo_config(num_particles=6, num_devices=4)
+
+
+def test_more_devices_than_available_is_rejected():
+    config = small_elo_config(num_particles=64, num_devices=64)
+    with pytest.raises(ValueError, match="num_devices = 64 but only"):
+        elo.init(config, key=jr.key(0))
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("num_particles", 0, "num_particles = 0 is invalid"),
+        ("sigma", -1.0, "sigma = -1.0 is invalid"),
+        ("resume_probability", 1.5, r"resume_probability = 1.5 is invalid.*\[0.0, 1.0\]"),
+        ("optimizer", "adam", "optimizer = 'adam' is invalid.*'small_fc', 'celo2'"),
+        ("horizon", "linear", "horizon = 'linear' is invalid"),
+        ("max_horizon", 5, "max_horizon = 5 is invalid"),
+        ("tasks", "mlp-w32-d1_mnist-8x8x1", "tasks = .* non-empty tuple"),
+        ("supervision_end", 1, "supervision_end = 1 is invalid"),
+    ],
+)
+def test_config_validation_names_field_and_range(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        small_elo_config(**{field: value})
+
+
+def test_unknown_fields_and_presets_are_rejected():
+    with pytest.raises(ValueError, match="Unknown MetaConfig field.*'particles'"):
+        elo.presets.pes_small_fc().replace(particles=3)
+    with pytest.raises(ValueError, match="Unknown preset 'elo'.*elo_small_fc"):
+        elo.presets.get_preset("elo")
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        elo.presets.pes_small_fc(particles=3)
+
+
+def test_config_round_trips_through_dict():
+    config = elo.presets.elo_celo2_cpu()
+    assert elo.MetaConfig.from_dict(config.to_dict()) == config
+
+
+class DivergingTask(AbstractTask):
+    """A quadratic whose loss overflows to +inf on particles whose parameters start positive."""
+
+    def init(self, key):
+        return {"w": jr.normal(key, (4,))}
+
+    def loss(self, params, key):
+        del key
+        w = params["w"]
+        return jnp.sum(w**2) * jnp.where(jnp.sum(w) > 0, jnp.float32(3e38), 1.0)
+
+    def eval_loss(self, params, key):
+        return self.loss(params, key)
+
+    def normalize_loss(self, loss):
+        return jnp.nan_to_num(jnp.clip(loss, 0.0, 10.0), nan=10.0, posinf=10.0)
+
+
+def test_diverging_inner_problems_are_reset_counted_and_harmless():
+    config = elo.presets.pes_small_fc(
+        tasks=("diverging",),
+        num_particles=4,
+        truncation_length=4,
+        min_horizon=5,
+        max_horizon=8,
+        initial_step_offset=2,
+        task_augmentation=False,
+        num_outer_steps=10,
+    )
+    state = elo.init(config, key=jr.key(0), tasks=[DivergingTask()])
+    nonfinite = 0
+    for t in range(4):
+        state = elo.meta_step(state, jr.key(t))
+        metrics = state.metrics.to_dict()
+        nonfinite += metrics["nonfinite"]
+        assert np.isfinite(metrics["grad_norm"]) and np.isfinite(metrics["meta_loss"])
+    assert nonfinite > 0
+    leaves = jax.tree.leaves(eqx.filter(state.learned_optimizer, eqx.is_inexact_array))
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in leaves)
+    params = state.groups[0].sides.params["w"]
+    # Diverged problems were reset at their next step; at most the last step's can be pending.
+    pending = np.asarray(state.groups[0].pending_reset)
+    finite = np.all(np.isfinite(np.asarray(params)), axis=(1, 2))
+    assert np.all(finite | pending)
+
+
+def test_custom_tasks_must_match_names():
+    config = elo.presets.pes_small_fc(tasks=("a", "b"), num_particles=4)
+    with pytest.raises(ValueError, match="one task per name"):
+        elo.init(config, key=jr.key(0), tasks=[DivergingTask()])
+
+
+def test_cl_small_fc_alternates_cloning_and_learned_unrolls():
+    """CL: particles on even unrolls clone the expert (alpha 0), odd ones run the learned
+    optimizer (alpha 1); the metric alpha is the share of learned-optimizer unrolls."""
+    config = elo.presets.cl_small_fc(
+        tasks=(TASK,),
+        num_particles=4,
+        truncation_length=5,
+        min_horizon=6,
+        max_horizon=30,
+        curriculum_increment=3,
+        curriculum_unrolls_per_stage=1,
+        initial_step_offset=2,
+        num_outer_steps=10,
+        fresh_init_expert_warm_start=True,
+    )
+    state, history = run(config, 6)
+    shares = {round(h["alpha"] * 4) / 4 for h in history}
+    assert shares <= {0.0, 0.25, 0.5, 0.75, 1.0}
+    assert len(shares) > 1  # particles switch mode as their unrolls finish
+    assert all(h["imitation_mse"] > 0 and np.isfinite(h["grad_norm"]) for h in history)
+    assert all(h["buffer_resumes"] == 0 for h in history)
+    # Curriculum: N_j = 6 + 3 j, so unrolls get longer as particles finish them.
+    assert int(np.max(np.asarray(state.groups[0].horizon))) > 6
