@@ -2,7 +2,7 @@
 
 import importlib.metadata
 
-from . import optimizers as optimizers, presets as presets, tasks as tasks
+from . import distributed as distributed, optimizers as optimizers, presets as presets, tasks as tasks
 from ._buffer import (
     buffer_pop as buffer_pop,
     buffer_push as buffer_push,
