@@ -7,6 +7,7 @@ file's own `recommended_tolerance` (first matching glob):
 """
 
 import fnmatch
+import functools
 import json
 import os
 import pathlib
@@ -80,76 +81,83 @@ def _make_lo(z, meta):
     return ARCHITECTURES[meta["architecture"]].from_config(meta["config"], weights=weights)
 
 
+@functools.cache
+def _expert_and_schedule(config_json: str, b2: float, meta_train: bool):
+    """Cached, so that cases with the same configuration share one compiled program."""
+    config = json.loads(config_json)
+    schedule = expert_lr_schedule(
+        config["expert_lr_max"], config["expert_lr_min"], config["expert_lr_decay_steps"]
+    )
+    expert = expert_from_config(config, b2=b2) if meta_train else None
+    return expert, schedule
+
+
+@eqx.filter_jit
+def _trajectory(lo, expert, expert_schedule, params, all_grads, num_steps, alpha):
+    """All T updates of a trajectory case in one scan. `num_steps` and `alpha` are traced."""
+    include = lo.imitation_leaves(params)
+    state = lo.init(params, num_steps=num_steps)
+    expert_state = None if expert is None else expert.init(params)
+
+    def body(carry, grads):
+        params, state, expert_state, _ = carry
+        t = state.iteration
+        record = {
+            "scheduled_lr": lo.learning_rate(t, state.num_steps),
+            "expert_lr": expert_schedule(t),
+        }
+        if expert is None:
+            updates, new_state = lo.update(grads, state, params)
+            new_params = jax.tree.map(lambda p, u: p + u, params, updates)
+        else:
+            out = fused_step(expert, lo, alpha, grads, expert_state, state, params)
+            l_dir, l_mag = imitation_losses(
+                out.expert_delta, out.lo_delta, magnitude=lo.imitation_magnitude, include=include
+            )
+            record["cosine_loss"], record["magnitude_loss"] = l_dir, l_mag
+            record["params_lo"] = jax.tree.map(lambda p, d: p + d, params, out.lo_delta)
+            record["params_expert"] = jax.tree.map(lambda p, d: p + d, params, out.expert_delta)
+            new_params, new_state, expert_state = out.params, out.lo_state, out.expert_state
+        record["params"] = new_params
+        return (new_params, new_state, expert_state, state), record
+
+    carry = (params, state, expert_state, state)
+    (params, state, _, last_state), records = jax.lax.scan(body, carry, all_grads)
+    last_grads = jax.tree.map(lambda g: g[-1], all_grads)
+    _, fac_g = accumulate(
+        last_state,
+        lo.preprocess_grads(last_grads),
+        momentum_decays=lo.momentum_decays,
+        rms_decays=lo.rms_decays,
+        adafactor_decays=lo.adafactor_decays,
+    )
+    finals = {
+        "mom": state.mom,
+        "rms": state.rms,
+        "v_row": state.v_row,
+        "v_col": state.v_col,
+        "v_diag": state.v_diag,
+        "fac_g": fac_g,
+    }
+    return records, finals, state.iteration
+
+
 def _run_trajectory(z, meta, check):
     lo = _make_lo(z, meta)
     names = meta["param_names"]
-    num_steps = meta["num_steps"]
     params = {n: jnp.asarray(z[f"init/params/{n}"]) for n in names}
     all_grads = {n: jnp.asarray(z[f"grads/{n}"]) for n in names}
-    config = meta["config"]
-    expert_schedule = expert_lr_schedule(
-        config["expert_lr_max"], config["expert_lr_min"], config["expert_lr_decay_steps"]
+    config = dict(meta["config"], expert_optim=meta["expert_optim"] or "adamw")
+    expert, expert_schedule = _expert_and_schedule(
+        json.dumps(config, sort_keys=True), lo.expert_b2, meta["meta_train"]
     )
+    alpha = None
     if meta["meta_train"]:
-        expert_config = dict(config, expert_optim=meta["expert_optim"])
-        expert = expert_from_config(expert_config, b2=lo.expert_b2)
-        alpha = 1.0 - meta["expert_weight"]
-    else:
-        expert, alpha = None, None
-    include = lo.imitation_leaves(params)
-
-    @eqx.filter_jit
-    def run(lo, params, all_grads):
-        # One compiled program per case: all T updates in a scan.
-        state = lo.init(params, num_steps=num_steps)
-        expert_state = None if expert is None else expert.init(params)
-
-        def body(carry, grads):
-            params, state, expert_state, _ = carry
-            t = state.iteration
-            record = {
-                "scheduled_lr": lo.learning_rate(t, state.num_steps),
-                "expert_lr": expert_schedule(t),
-            }
-            if alpha is None:
-                updates, new_state = lo.update(grads, state, params)
-                new_params = jax.tree.map(lambda p, u: p + u, params, updates)
-            else:
-                out = fused_step(expert, lo, alpha, grads, expert_state, state, params)
-                l_dir, l_mag = imitation_losses(
-                    out.expert_delta,
-                    out.lo_delta,
-                    magnitude=lo.imitation_magnitude,
-                    include=include,
-                )
-                record["cosine_loss"], record["magnitude_loss"] = l_dir, l_mag
-                record["params_lo"] = jax.tree.map(lambda p, d: p + d, params, out.lo_delta)
-                record["params_expert"] = jax.tree.map(lambda p, d: p + d, params, out.expert_delta)
-                new_params, new_state, expert_state = out.params, out.lo_state, out.expert_state
-            record["params"] = new_params
-            return (new_params, new_state, expert_state, state), record
-
-        carry = (params, state, expert_state, state)
-        (params, state, _, last_state), records = jax.lax.scan(body, carry, all_grads)
-        last_grads = jax.tree.map(lambda g: g[-1], all_grads)
-        _, fac_g = accumulate(
-            last_state,
-            lo.preprocess_grads(last_grads),
-            momentum_decays=lo.momentum_decays,
-            rms_decays=lo.rms_decays,
-            adafactor_decays=lo.adafactor_decays,
-        )
-        finals = {
-            "mom": state.mom,
-            "rms": state.rms,
-            "v_row": state.v_row,
-            "v_col": state.v_col,
-            "v_diag": state.v_diag,
-            "fac_g": fac_g,
-        }
-        return records, finals, state.iteration
-
-    records, finals, iteration = run(lo, params, all_grads)
+        alpha = jnp.asarray(1.0 - meta["expert_weight"], jnp.float32)
+    num_steps = jnp.asarray(meta["num_steps"], jnp.int32)
+    records, finals, iteration = _trajectory(
+        lo, expert, expert_schedule, params, all_grads, num_steps, alpha
+    )
     assert int(iteration) == meta["T"]
     for key, value in records.items():
         if isinstance(value, dict):
