@@ -2,7 +2,12 @@
 
 import importlib.metadata
 
-from . import distributed as distributed, optimizers as optimizers, presets as presets, tasks as tasks
+from . import (
+    distributed as distributed,
+    optimizers as optimizers,
+    presets as presets,
+    tasks as tasks,
+)
 from ._buffer import (
     buffer_pop as buffer_pop,
     buffer_push as buffer_push,
@@ -10,10 +15,23 @@ from ._buffer import (
     ResumeBuffer as ResumeBuffer,
     should_push as should_push,
 )
+from ._checkpoint import CheckpointError as CheckpointError, load as load, save as save
 from ._config import MetaConfig as MetaConfig
 from ._difficulty import (
     difficulty_scores as difficulty_scores,
     difficulty_step as difficulty_step,
+)
+from ._evaluate import (
+    evaluate as evaluate,
+    Evaluation as Evaluation,
+    log_grid as log_grid,
+    lr_sweep as lr_sweep,
+)
+from ._export import (
+    export_pylo as export_pylo,
+    load_optimizer as load_optimizer,
+    pylo_state_dict as pylo_state_dict,
+    save_optimizer as save_optimizer,
 )
 from ._fusion import (
     fused_step as fused_step,

@@ -5,6 +5,7 @@ from ._augment import (
     ScaledTask as ScaledTask,
 )
 from ._base import AbstractTask as AbstractTask
+from ._cnn import ConvImageTask as ConvImageTask
 from ._data import (
     ImageDataset as ImageDataset,
     ImageSplit as ImageSplit,

@@ -4,6 +4,7 @@ import os
 import re
 
 from ._base import AbstractTask
+from ._cnn import ConvImageTask
 from ._data import known_datasets, load_image_dataset
 from ._image_mlp import ImageMLPTask
 from ._quadratic import QuadraticTask
@@ -14,13 +15,19 @@ _CANONICAL_TASKS = (
     "mlp-w32-d1_fashionmnist-8x8x1",
     "mlp-w32-d1_cifar10-8x8x3",
     "mlp-w32-d1_svhn-8x8x3",
+    "conv-c16-d2_cifar10-8x8x3",
     "quadratic-d10",
 )
 _IMAGE_FORM = "mlp-w{width}-d{depth}_{dataset}-{H}x{W}x{C}"
+_CONV_FORM = "conv-c{channels}-d{depth}_{dataset}-{H}x{W}x{C}"
 _QUADRATIC_FORM = "quadratic-d{dim}"
 _IMAGE_RE = re.compile(
     r"mlp-w(?P<width>\d+)-d(?P<depth>\d+)_(?P<dataset>[a-z0-9]+)-"
     r"(?P<height>\d+)x(?P<image_width>\d+)x(?P<channels>\d+)"
+)
+_CONV_RE = re.compile(
+    r"conv-c(?P<channels>\d+)-d(?P<depth>\d+)_(?P<dataset>[a-z0-9]+)-"
+    r"(?P<height>\d+)x(?P<image_width>\d+)x(?P<channels_in>\d+)"
 )
 _QUADRATIC_RE = re.compile(r"quadratic-d(?P<dim>\d+)")
 
@@ -29,8 +36,10 @@ def list_tasks() -> list[str]:
     """The canonical task names.
 
     These are the four ELO meta-training tasks (MLP, one hidden layer of 32 units, on 8x8 MNIST,
-    Fashion-MNIST, CIFAR-10 and SVHN) and a small quadratic. [`elo.tasks.get_task`][] accepts
-    the general forms `mlp-w{width}-d{depth}_{dataset}-{H}x{W}x{C}` and `quadratic-d{dim}` too.
+    Fashion-MNIST, CIFAR-10 and SVHN), a held-out convolutional task on 8x8 CIFAR-10 and a small
+    quadratic. [`elo.tasks.get_task`][] accepts the general forms
+    `mlp-w{width}-d{depth}_{dataset}-{H}x{W}x{C}`,
+    `conv-c{channels}-d{depth}_{dataset}-{H}x{W}x{C}` and `quadratic-d{dim}` too.
     SVHN is listed but not shipped: its files must be supplied through `data_dir` or
     `ELO_DATA_DIR`.
 
@@ -59,6 +68,9 @@ def get_task(
       hidden layers of `width` units on `dataset` (`mnist`, `fashionmnist`, `cifar10`, `svhn`)
       at `H x W x C`, e.g. `mlp-w32-d1_cifar10-8x8x3`. Data are loaded with
       [`elo.tasks.load_image_dataset`][] from `data_dir`, `$ELO_DATA_DIR` or the embedded copy.
+    - `conv-c{channels}-d{depth}_{dataset}-{H}x{W}x{C}`: an [`elo.tasks.ConvImageTask`][] with
+      `depth` 3x3 convolutions of `channels` filters, global average pooling and a linear head,
+      e.g. `conv-c16-d2_cifar10-8x8x3` (a held-out evaluation task).
     - `quadratic-d{dim}`: a noise-free [`elo.tasks.QuadraticTask`][] with `dim` parameters
       (`seed=0`, condition number 10).
 
@@ -100,6 +112,25 @@ def get_task(
             f"Malformed image task name {name!r}; expected the form {_IMAGE_FORM!r} "
             "with positive integers, e.g. 'mlp-w32-d1_mnist-8x8x1'."
         )
+    if match := _CONV_RE.fullmatch(name):
+        channels = _positive(name, "number of filters", match["channels"])
+        depth = _positive(name, "depth", match["depth"])
+        height = _positive(name, "image height", match["height"])
+        image_width = _positive(name, "image width", match["image_width"])
+        channels_in = _positive(name, "number of channels", match["channels_in"])
+        dataset = match["dataset"]
+        if dataset not in known_datasets():
+            raise ValueError(
+                f"Task {name!r}: unknown dataset {dataset!r}; known datasets: "
+                f"{', '.join(known_datasets())}."
+            )
+        data = load_image_dataset(dataset, height, image_width, channels_in, data_dir=data_dir)
+        return ConvImageTask(data, channels=channels, depth=depth, batch_size=batch_size)
+    if name.startswith("conv-"):
+        raise ValueError(
+            f"Malformed convolutional task name {name!r}; expected the form {_CONV_FORM!r} "
+            "with positive integers, e.g. 'conv-c16-d2_cifar10-8x8x3'."
+        )
     if match := _QUADRATIC_RE.fullmatch(name):
         return QuadraticTask(_positive(name, "dimension", match["dim"]))
     if name.startswith("quadratic"):
@@ -109,5 +140,6 @@ def get_task(
         )
     raise ValueError(
         f"Unknown task {name!r}. Known tasks: {', '.join(_CANONICAL_TASKS)}. General forms: "
-        f"{_IMAGE_FORM!r} (datasets: {', '.join(known_datasets())}) and {_QUADRATIC_FORM!r}."
+        f"{_IMAGE_FORM!r}, {_CONV_FORM!r} (datasets: {', '.join(known_datasets())}) and "
+        f"{_QUADRATIC_FORM!r}."
     )

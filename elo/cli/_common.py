@@ -1,0 +1,108 @@
+"""Shared pieces of the `elo` command: errors, the argument parser, `--set` parsing."""
+
+import argparse
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+from .._config import MetaConfig
+
+
+class CLIError(Exception):
+    """An error reported to the user as one line on stderr, with exit status 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """`argparse.ArgumentParser` whose usage errors become a [`CLIError`][] (one line, no usage
+    dump), and whose help keeps the examples' line breaks."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise CLIError(f"{self.prog}: {message} (see '{self.prog} --help')")
+
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(_describe(a) for a in inner) + " or none"
+    if tp is bool:
+        return "true or false"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is str:
+        return "a string"
+    return "a comma-separated list of names"
+
+
+def _convert(tp: Any, text: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if type(None) in args and text.strip().lower() in ("none", "null"):
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(inner, text)
+    text = text.strip()
+    if tp is bool:
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise ValueError
+    if tp is int:
+        return int(text)
+    if tp is float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError
+        return value
+    if tp is str:
+        if not text:
+            raise ValueError
+        return text
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    if not items:
+        raise ValueError
+    return items
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """Parse `--set field=value` items into [`elo.MetaConfig`][] overrides.
+
+    Each value is converted by the field's type: integers, numbers, booleans
+    (`true/false/yes/no/1/0`), strings, `none` for optional fields, and comma-separated lists for
+    `tasks`. Unknown fields and values of the wrong type raise a [`CLIError`][] naming them.
+    """
+    types_by_name = {f.name: f.type for f in dataclasses.fields(MetaConfig)}
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise CLIError(f"--set {item!r}: expected field=value, e.g. --set num_particles=8.")
+        if name not in types_by_name:
+            raise CLIError(
+                f"--set {item}: unknown MetaConfig field {name!r}; known fields: "
+                f"{', '.join(types_by_name)}."
+            )
+        tp = types_by_name[name]
+        try:
+            out[name] = _convert(tp, text)
+        except ValueError:
+            raise CLIError(
+                f"--set {item}: {name} expects {_describe(tp)}, got {text.strip()!r}."
+            ) from None
+    return out

@@ -1,0 +1,217 @@
+"""`elo evaluate`: train a held-out task with a learned or hand-designed optimizer."""
+
+import argparse
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from .._checkpoint import atomic_write
+from .._evaluate import (
+    evaluate,
+    Evaluation,
+    EVALUATION_FORMAT,
+    HAND_DESIGNED,
+    log_grid,
+    lr_sweep,
+    selection_score,
+)
+from .._export import load_optimizer
+from ._common import CLIError
+
+
+DESCRIPTION = """\
+Train a task from scratch with an optimizer and report its learning curves.
+
+TARGET is a run directory of 'elo meta-train' (its latest checkpoint), a checkpoint file, an
+optimizer exported with 'elo export --format eqx', or a hand-designed optimizer: adamw, adam,
+sgd (no momentum) or muon, with a constant learning rate (--lr, or --lr-sweep to tune it). A
+learned optimizer runs alone (no expert) and is told the run length (--steps).
+
+Every seed (and every learning rate of a sweep) trains in one compiled program. Seed s draws the
+initial parameters and the minibatches from jax.random.key(s), so all optimizers see the same
+data. Train/test loss and accuracy over the whole splits are measured every --eval-every steps.
+A sweep selects the learning rate with the lowest final loss on the TRAIN split (mean over seeds;
+--select test_loss picks by the test split instead). Prints a table and writes a JSON file.
+
+examples:
+  elo evaluate runs/elo --task mlp-w128-d3_fashionmnist-8x8x1 --steps 1000 --seeds 3
+  elo evaluate adamw --task conv-c16-d2_cifar10-8x8x3 --steps 1000 --lr-sweep
+  elo evaluate adamw --task mlp-w128-d3_fashionmnist-8x8x1 --steps 5000 --lr-sweep \\
+      --lr-min 1e-4 --lr-max 1e-1 --lr-num 7 --out evals/adamw.json
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "evaluate",
+        help="evaluate an optimizer on a task (learning curves, LR sweeps)",
+        description=DESCRIPTION,
+    )
+    parser.add_argument(
+        "target",
+        metavar="TARGET",
+        help="run directory, checkpoint, exported optimizer, or adamw/adam/sgd/muon",
+    )
+    parser.add_argument("--task", required=True, metavar="NAME", help="the task to train")
+    parser.add_argument("--steps", required=True, type=int, metavar="N", help="training steps")
+    parser.add_argument("--seeds", type=int, default=1, metavar="K", help="seeds 0..K-1 (1)")
+    parser.add_argument(
+        "--eval-every", type=int, metavar="E", help="steps between evaluations (steps // 20)"
+    )
+    parser.add_argument("--lr", type=float, help="learning rate of a hand-designed optimizer")
+    parser.add_argument(
+        "--lr-sweep", action="store_true", help="tune the learning rate on a log grid"
+    )
+    parser.add_argument("--lr-min", type=float, default=1e-4, help="sweep grid start (1e-4)")
+    parser.add_argument("--lr-max", type=float, default=1e-1, help="sweep grid end (1e-1)")
+    parser.add_argument("--lr-num", type=int, default=7, help="sweep grid size (7)")
+    parser.add_argument(
+        "--select",
+        choices=("train_loss", "test_loss"),
+        default="train_loss",
+        help="what the sweep minimises at the last step (train_loss)",
+    )
+    parser.add_argument("--batch-size", type=int, default=64, help="minibatch size (64)")
+    parser.add_argument("--data-dir", metavar="DIR", help="directory searched first for data")
+    parser.add_argument(
+        "--out", metavar="FILE", help="the JSON file to write (default: see the docs)"
+    )
+    parser.set_defaults(func=run)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "target"
+
+
+def _resolve_target(target: str) -> tuple[Any, str, Path | None]:
+    """(optimizer or hand-designed name, label, run directory or None)."""
+    path = Path(target)
+    if target in HAND_DESIGNED and not path.exists():
+        return target, target, None
+    if not path.exists():
+        raise CLIError(
+            f"TARGET {target!r} is neither an existing run directory, checkpoint or optimizer "
+            f"file, nor one of {', '.join(HAND_DESIGNED)}."
+        )
+    lo = load_optimizer(path)
+    return lo, str(target), path if path.is_dir() else None
+
+
+def _default_out(label: str, run_dir: Path | None, task: str, steps: int) -> Path:
+    if run_dir is not None:
+        return run_dir / "evaluations" / f"{task}-{steps}.json"
+    return Path("evaluations") / f"{_slug(Path(label).name)}_{task}-{steps}.json"
+
+
+def _fmt(pair: tuple[float, float], digits: int = 4) -> str:
+    mean, std = pair
+    if mean != mean:  # NaN
+        return "diverged"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _row(result: Evaluation, mark: str = "") -> list[str]:
+    lr = "-" if result.learning_rate is None else f"{result.learning_rate:.3g}"
+    return [
+        mark + result.name,
+        lr,
+        _fmt(result.final("train_loss")),
+        _fmt(result.final("test_loss")),
+        _fmt(result.final("test_accuracy")),
+        _fmt(result.best("test_accuracy")),
+    ]
+
+
+HEADER = ["optimizer", "lr", "train loss", "test loss", "test acc", "best test acc"]
+
+
+def evaluation_document(
+    target: str,
+    result: Evaluation,
+    sweep: list[Evaluation] | None = None,
+    select: str | None = None,
+) -> dict[str, Any]:
+    """The JSON document `elo evaluate` writes: the (selected) evaluation's curves and summary,
+    plus one summary per learning rate of a sweep."""
+    document = {"format": EVALUATION_FORMAT, "version": 1, "target": target, **result.to_dict()}
+    document["sweep"] = None
+    document["select"] = select
+    if sweep is not None:
+        assert select in ("train_loss", "test_loss")
+        document["sweep"] = [
+            {
+                "learning_rate": r.learning_rate,
+                "score": _finite(selection_score(r, select)),  # pyright: ignore
+                "final": r.to_dict()["final"],
+                "best": r.to_dict()["best"],
+            }
+            for r in sweep
+        ]
+    return document
+
+
+def _finite(x: float) -> float | None:
+    return x if x == x and abs(x) != float("inf") else None
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.steps < 1:
+        raise CLIError(f"--steps must be a positive integer, got {args.steps}.")
+    if args.seeds < 1:
+        raise CLIError(f"--seeds must be a positive integer, got {args.seeds}.")
+    optimizer, label, run_dir = _resolve_target(args.target)
+    hand = isinstance(optimizer, str)
+    if not hand and (args.lr_sweep or args.lr is not None):
+        raise CLIError("--lr and --lr-sweep apply to hand-designed optimizers only.")
+    if args.lr_sweep and args.lr is not None:
+        raise CLIError("give either --lr or --lr-sweep, not both.")
+    common = dict(
+        num_steps=args.steps,
+        seeds=args.seeds,
+        eval_every=args.eval_every,
+        batch_size=args.batch_size,
+        data_dir=args.data_dir,
+    )
+    sweep = None
+    if args.lr_sweep:
+        try:
+            grid = log_grid(args.lr_min, args.lr_max, args.lr_num)
+        except ValueError:
+            raise CLIError(
+                "--lr-min, --lr-max, --lr-num must satisfy 0 < lr-min <= lr-max and lr-num >= 1."
+            ) from None
+        result, sweep = lr_sweep(
+            optimizer, args.task, learning_rates=grid, select=args.select, **common
+        )
+    else:
+        result = evaluate(optimizer, args.task, learning_rate=args.lr, name=label, **common)
+    result = _relabel(result, label)
+    print(f"task {result.task}, {result.num_steps} steps, seeds {list(result.seeds)} (mean ± std)")
+    if sweep is not None:
+        rows = [
+            _row(_relabel(r, label), "* " if r.learning_rate == result.learning_rate else "  ")
+            for r in sweep
+        ]
+        print(_table(rows, HEADER))
+        print(f"* selected: lowest final {args.select.replace('_', ' ')}")
+    else:
+        print(_table([_row(result)], HEADER))
+    out = Path(args.out) if args.out else _default_out(label, run_dir, result.task, args.steps)
+    document = evaluation_document(label, result, sweep, args.select if sweep else None)
+    atomic_write(out, [json.dumps(document, allow_nan=False).encode() + b"\n"])
+    print(f"wrote {out}")
+    return 0
+
+
+def _relabel(result: Evaluation, label: str) -> Evaluation:
+    return dataclasses.replace(result, name=label)

@@ -1,0 +1,204 @@
+"""`elo plot`: meta-training curves and evaluation curves as PNG files."""
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._evaluate import Evaluation, EVALUATION_FORMAT
+from ._common import CLIError
+from ._meta_train import METRICS_FILE, read_metrics
+
+
+DESCRIPTION = """\
+Plot meta-training runs and evaluations.
+
+Each PATH is a run directory of 'elo meta-train' (its metrics.jsonl) or an evaluation JSON
+file of 'elo evaluate'. Runs are drawn together on one figure (meta-loss, largest inner step
+reached, alpha = the learned optimizer's weight in the fused trajectory); evaluations on another
+(training minibatch loss, test loss, test accuracy; mean over seeds with a ± std band), every
+optimizer on the same axes.
+
+examples:
+  elo plot runs/elo
+  elo plot runs/elo runs/pes --out meta.png
+  elo plot runs/elo/evaluations/*.json evaluations/adamw_*.json --out eval.png
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plot",
+        help="plot meta-training and evaluation curves to PNG",
+        description=DESCRIPTION,
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="run directories, JSON files")
+    parser.add_argument(
+        "--out",
+        metavar="PNG",
+        help="output file; with both runs and evaluations, '-meta' and '-eval' are added to its "
+        "name (default: meta_training.png in the first run directory, evaluation.png next to "
+        "the first evaluation file)",
+    )
+    parser.add_argument(
+        "--smooth",
+        type=int,
+        default=0,
+        metavar="W",
+        help="moving-average window for per-step curves (0: automatic, 1: none)",
+    )
+    parser.set_defaults(func=run)
+
+
+def _smooth(values: np.ndarray, window: int) -> np.ndarray:
+    if window <= 1 or len(values) < window:
+        return values
+    kernel = np.ones(window) / window
+    valid = np.convolve(values, kernel, mode="valid")
+    return np.concatenate([np.full(window - 1, np.nan), valid])
+
+
+def _window(n: int, requested: int) -> int:
+    return requested if requested > 0 else max(1, n // 50)
+
+
+def _load_evaluation(path: Path) -> Evaluation:
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") != EVALUATION_FORMAT:
+            raise ValueError
+        return Evaluation.from_dict(data)
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CLIError(f"{path} is not a readable evaluation file of 'elo evaluate'.") from None
+
+
+def _classify(paths: list[str]) -> tuple[list[Path], list[Path]]:
+    runs, evals = [], []
+    for text in paths:
+        path = Path(text)
+        if path.is_dir():
+            if not (path / METRICS_FILE).is_file():
+                raise CLIError(f"{path} has no {METRICS_FILE}; is it a run directory?")
+            runs.append(path)
+        elif path.is_file():
+            evals.append(path)
+        else:
+            raise CLIError(f"{path} does not exist.")
+    return runs, evals
+
+
+def plot_meta_training(runs: list[Path], out: Path, smooth: int = 0) -> Path:
+    """Draw the meta-loss, the largest inner step and $\\alpha$ of runs, to a PNG file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("meta_loss", "meta-loss (normalised task loss)"),
+        ("max_inner_step", "largest inner step reached"),
+        ("alpha", "α (learned optimizer's share)"),
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
+    for run in runs:
+        records = read_metrics(run / METRICS_FILE)
+        if not records:
+            raise CLIError(f"{run / METRICS_FILE} has no records yet.")
+        steps = np.asarray([r["step"] for r in records])
+        for ax, (key, title) in zip(axes, panels):
+            values = np.asarray(
+                [np.nan if r.get(key) is None else r[key] for r in records], np.float64
+            )
+            if key == "meta_loss":
+                ax.plot(steps, values, alpha=0.25, linewidth=0.8)
+                color = ax.lines[-1].get_color()
+                ax.plot(
+                    steps,
+                    _smooth(values, _window(len(values), smooth)),
+                    color=color,
+                    label=run.name,
+                )
+            else:
+                ax.plot(steps, values, label=run.name)
+            ax.set_title(title)
+            ax.set_xlabel("outer step")
+    axes[0].legend()
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plot_evaluations(results: list[Evaluation], out: Path, smooth: int = 0) -> Path:
+    """Draw the learning curves of several evaluations on shared axes, to a PNG file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    tasks = sorted({r.task for r in results})
+    for r in results:
+        label = r.name if r.learning_rate is None else f"{r.name} (lr {r.learning_rate:.3g})"
+        if len(tasks) > 1:
+            label = f"{label} — {r.task}"
+        mean = np.nanmean(r.minibatch_loss, axis=0)
+        x = np.arange(1, len(mean) + 1)
+        axes[0].plot(x, _smooth(mean, _window(len(mean), smooth)), label=label)
+        for ax, metric in ((axes[1], "test_loss"), (axes[2], "test_accuracy")):
+            values = getattr(r, metric)
+            m, s = np.mean(values, axis=0), np.std(values, axis=0)
+            ax.plot(r.steps, m, marker="o", markersize=3, label=label)
+            ax.fill_between(r.steps, m - s, m + s, alpha=0.2, color=ax.lines[-1].get_color())
+    axes[0].set_title("training loss (minibatch, smoothed)")
+    axes[1].set_title("test loss")
+    axes[2].set_title("test accuracy")
+    for ax in axes:
+        ax.set_xlabel("step")
+    # Diverging runs leave the top of the loss panels, so the others stay readable.
+    initial = [float(np.nanmean(r.test_loss[:, 0])) for r in results]
+    finite = [v for r in results for v in np.ravel(r.test_loss) if np.isfinite(v)]
+    if finite and all(np.isfinite(initial)):
+        top = 1.5 * max(initial)
+        bottom = max(0.0, min(finite) * 0.9)
+        if bottom < top:
+            axes[0].set_ylim(bottom, top)
+            axes[1].set_ylim(bottom, top)
+    axes[2].legend(fontsize=8)
+    title = tasks[0] if len(tasks) == 1 else "several tasks"
+    fig.suptitle(title)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def _with_suffix(out: Path, suffix: str) -> Path:
+    return out.with_name(f"{out.stem}-{suffix}{out.suffix or '.png'}")
+
+
+def run(args: argparse.Namespace) -> int:
+    runs, eval_paths = _classify(args.paths)
+    results = [_load_evaluation(p) for p in eval_paths]
+    written = []
+    if runs:
+        if args.out:
+            out = Path(args.out)
+            out = _with_suffix(out, "meta") if results else out
+        else:
+            out = runs[0] / "meta_training.png"
+        written.append(plot_meta_training(runs, out, args.smooth))
+    if results:
+        if args.out:
+            out = Path(args.out)
+            out = _with_suffix(out, "eval") if runs else out
+        else:
+            out = eval_paths[0].parent / "evaluation.png"
+        written.append(plot_evaluations(results, out, args.smooth))
+    for path in written:
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,192 @@
+"""Checkpoints: bit-exact save/load, no recompilation, atomic writes, clear refusals."""
+
+import dataclasses
+import json
+import os
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import elo
+from elo._checkpoint import atomic_write, CheckpointError, load, save
+from elo._export import load_optimizer
+from elo._meta_step import _compiled_meta_step
+
+
+def tiny_config(**overrides):
+    """The smallest meta-training run that exercises every part of the state (shared with
+    test_cli.py, so the compiled `meta_step` is reused across the two modules)."""
+    fields = dict(
+        tasks=("mlp-w32-d1_mnist-8x8x1",),
+        num_particles=2,
+        truncation_length=3,
+        min_horizon=5,
+        max_horizon=10,
+        initial_step_offset=2,
+        num_outer_steps=8,
+    )
+    fields.update(overrides)
+    return elo.presets.pes_small_fc(**fields)
+
+
+def bitwise_equal(a, b) -> bool:
+    """Same structure, same static parts, and every array leaf identical bit for bit (dtype and
+    shape included)."""
+    la, ta = jax.tree.flatten(a)
+    lb, tb = jax.tree.flatten(b)
+    if ta != tb:
+        return False
+    for x, y in zip(la, lb):
+        if isinstance(x, jax.Array | np.ndarray) or isinstance(y, jax.Array | np.ndarray):
+            x, y = np.asarray(x), np.asarray(y)
+            if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _step(state, t):
+    return elo.meta_step(state, jr.fold_in(jr.key(1), t))
+
+
+@pytest.fixture(scope="module")
+def run():
+    """A fresh state (as `like`) and the state after 3 outer steps."""
+    config = tiny_config()
+    fresh = elo.init(config, key=jr.key(0))
+    state = fresh
+    for t in range(3):
+        state = _step(state, t)
+    return fresh, state
+
+
+def _arrays(state):
+    return eqx.filter(
+        (state.learned_optimizer, state.meta_opt_state, state.groups, state.step, state.metrics),
+        eqx.is_array,
+    )
+
+
+def test_roundtrip_is_bitwise_placed_and_does_not_recompile(run, tmp_path):
+    fresh, state = run
+    path = tmp_path / "ckpt.eqx"
+    save(path, state)
+    loaded = load(path, like=fresh)
+    assert bitwise_equal(_arrays(loaded), _arrays(state))
+    assert loaded.problems is fresh.problems and loaded.config == state.config
+    # Placed exactly as `init`/`meta_step` place them.
+    for a, b in zip(jax.tree.leaves(_arrays(loaded)), jax.tree.leaves(_arrays(state))):
+        assert a.sharding == b.sharding and a.dtype == b.dtype and a.weak_type == b.weak_type
+    # Continuing from the loaded state neither retraces nor changes a bit.
+    before = _compiled_meta_step._cached._cache_size()
+    a, b = _step(state, 3), _step(loaded, 3)
+    assert _compiled_meta_step._cached._cache_size() == before
+    assert bitwise_equal(_arrays(a), _arrays(b))
+
+
+def test_header_and_optimizer_only_load(run, tmp_path):
+    _, state = run
+    path = tmp_path / "ckpt.eqx"
+    save(path, state)
+    header = json.loads(path.read_bytes().split(b"\n", 1)[0])
+    assert header["format"] == "elo-checkpoint" and header["version"] == 1
+    assert header["step"] == 3 and header["config"] == state.config.to_dict()
+    assert len(header["sha256"]) == 64
+    lo = load_optimizer(path)
+    assert type(lo) is type(state.learned_optimizer)
+    assert bitwise_equal(lo, state.learned_optimizer)
+
+
+def test_incompatible_config_is_refused_naming_fields(run, tmp_path):
+    fresh, state = run
+    path = tmp_path / "ckpt.eqx"
+    save(path, state)
+    other = dataclasses.replace(fresh, config=fresh.config.replace(num_outer_steps=9, sigma=0.02))
+    with pytest.raises(CheckpointError, match="different configuration") as info:
+        load(path, like=other)
+    message = str(info.value)
+    assert "num_outer_steps: 8 (checkpoint) vs 9 (this run)" in message
+    assert "sigma" in message and "\n" not in message
+    # Where the data live and how many devices are used may differ.
+    portable = dataclasses.replace(fresh, config=fresh.config.replace(data_dir="/elsewhere"))
+    assert int(load(path, like=portable).step) == 3
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage", "version", "missing"])
+def test_damaged_files_are_refused_with_one_line(run, tmp_path, damage):
+    fresh, state = run
+    path = tmp_path / "ckpt.eqx"
+    save(path, state)
+    data = path.read_bytes()
+    header, payload = data.split(b"\n", 1)
+    expected = {
+        "flip": "SHA-256",
+        "truncate": "truncated",
+        "garbage": "not an elo file",
+        "version": "format version 99",
+        "missing": "does not exist",
+    }[damage]
+    if damage == "flip":
+        payload = bytearray(payload)
+        payload[len(payload) // 2] ^= 0xFF
+        path.write_bytes(header + b"\n" + bytes(payload))
+    elif damage == "truncate":
+        path.write_bytes(data[: len(data) - 100])
+    elif damage == "garbage":
+        path.write_bytes(b"\x00\x01garbage")
+    elif damage == "version":
+        h = json.loads(header)
+        h["version"] = 99
+        path.write_bytes(json.dumps(h).encode() + b"\n" + payload)
+    else:
+        path.unlink()
+    with pytest.raises(CheckpointError, match=expected) as info:
+        load(path, like=fresh)
+    assert "\n" not in str(info.value)
+
+
+def test_structure_mismatch_is_refused(run, tmp_path):
+    fresh, state = run
+    path = tmp_path / "ckpt.eqx"
+    save(path, state)
+    # Same config dict but a learned optimizer of another width: shapes differ.
+    wider = eqx.tree_at(
+        lambda s: s.learned_optimizer,
+        fresh,
+        elo.SmallFC(key=jr.key(0), hidden_size=8),
+    )
+    with pytest.raises(CheckpointError, match="does not match this run"):
+        load(path, like=wider)
+
+
+def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
+    path = tmp_path / "file.bin"
+    atomic_write(path, [b"old"])
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(path, [b"new"])
+    monkeypatch.undo()
+    assert path.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.bin"]
+
+
+def test_save_rejects_non_states(tmp_path):
+    with pytest.raises(TypeError, match="MetaState"):
+        save(tmp_path / "x.eqx", {"a": jnp.zeros(2)})  # pyright: ignore[reportArgumentType]
+
+
+def test_metrics_survive_roundtrip(run, tmp_path):
+    fresh, state = run
+    save(tmp_path / "c.eqx", state)
+    loaded = load(tmp_path / "c.eqx", like=fresh)
+    assert loaded.metrics.to_dict() == state.metrics.to_dict()
+    assert np.asarray(loaded.step) == 3
