@@ -10,8 +10,13 @@ Configurations:
 - `three_tasks`: the PES-small_fc preset's three 8x8 tasks, 8 particles each.
 - `cpu`: the `elo_small_fc_cpu` preset.
 
-Run: `python benchmarks/meta_step.py [--configs reference,elo_reference] [--steps 20]`.
-Writes `benchmarks/results/meta_step.json`. Nothing is asserted: these are measurements.
+The CPU is split into one JAX device per core first (`elo.use_cpu_cores`, as `elo meta-train`
+does), so the particles are sharded over the cores; `--cpu-devices 1` measures one device that
+parallelises each operation with intra-op threads instead.
+
+Run: `python benchmarks/meta_step.py [--configs reference,elo_reference] [--steps 20]
+[--cpu-devices auto|N]`. Writes `benchmarks/results/meta_step.json` (`meta_step_cpu1.json` with
+`--cpu-devices 1`). Nothing is asserted: these are measurements.
 """
 
 import argparse
@@ -76,8 +81,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default="reference,elo_reference,three_tasks,cpu")
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "meta_step.json"))
+    parser.add_argument("--cpu-devices", default="auto", help="auto (one per core) or a count")
+    parser.add_argument("--out", help="the JSON file (default: benchmarks/results/...)")
     args = parser.parse_args()
+    cpu_devices = elo.use_cpu_cores(None if args.cpu_devices == "auto" else int(args.cpu_devices))
+    if args.out is None:
+        name = "meta_step.json" if args.cpu_devices == "auto" else f"meta_step_cpu{cpu_devices}.json"
+        args.out = str(Path(__file__).parent / "results" / name)
     results = [measure(name, args.steps) for name in args.configs.split(",")]
     by_name = {r["config"]: r for r in results}
     report = {
@@ -87,6 +97,7 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "jax": jax.__version__,
             "devices": [str(d) for d in jax.devices()],
+            "cpu_devices_setting": args.cpu_devices,
             "load_average_1_5_15": os.getloadavg(),
         },
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -17,6 +17,7 @@ from ._buffer import (
 )
 from ._checkpoint import CheckpointError as CheckpointError, load as load, save as save
 from ._config import MetaConfig as MetaConfig
+from ._cpu import available_cores as available_cores, use_cpu_cores as use_cpu_cores
 from ._difficulty import (
     difficulty_scores as difficulty_scores,
     difficulty_step as difficulty_step,

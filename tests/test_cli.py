@@ -222,6 +222,14 @@ def test_evaluate_plot_and_export(straight, tmp_path, capsys):
         ),
         (["meta-train", "--preset", "pes_small_fc", "--steps", "0"], "--steps must be a positive"),
         (
+            ["meta-train", "--preset", "pes_small_fc", "--cpu-devices", "0"],
+            "--cpu-devices must be 'auto' or a positive integer, got '0'",
+        ),
+        (
+            ["meta-train", "--preset", "pes_small_fc", "--cpu-devices", "2", "--distributed"],
+            "--cpu-devices does not combine with --distributed",
+        ),
+        (
             ["evaluate", "/no/such/run", "--task", "t", "--steps", "3"],
             "neither an existing run directory",
         ),
