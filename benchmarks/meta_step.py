@@ -86,8 +86,8 @@ def main() -> None:
     args = parser.parse_args()
     cpu_devices = elo.use_cpu_cores(None if args.cpu_devices == "auto" else int(args.cpu_devices))
     if args.out is None:
-        name = "meta_step.json" if args.cpu_devices == "auto" else f"meta_step_cpu{cpu_devices}.json"
-        args.out = str(Path(__file__).parent / "results" / name)
+        suffix = "" if args.cpu_devices == "auto" else f"_cpu{cpu_devices}"
+        args.out = str(Path(__file__).parent / "results" / f"meta_step{suffix}.json")
     results = [measure(name, args.steps) for name in args.configs.split(",")]
     by_name = {r["config"]: r for r in results}
     report = {
