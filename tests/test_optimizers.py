@@ -232,7 +232,10 @@ _LOS_BY_CLASS = {cls: cls(key=jax.random.key(5), init_lr=1e-3) for cls in LOS}
 
 def test_features_do_not_depend_on_the_tree_around_a_tensor(lo, update_fn):
     # Without global-norm clipping every tensor is updated on its own: the same tensor in two
-    # different pytrees gets the same update (up to float32 summation order in XLA).
+    # different pytrees gets the same update, up to float32 rounding. Small tensors share their
+    # MLP matmuls with their neighbours, which changes the summation order, so an element's
+    # rounding error is relative to the size of the MLP's terms (~ the largest update), not to
+    # the element: a few float32 ulps of the tensor's largest update.
     lo = type(lo)(weights=lo.export_weights(), clip_grad=False)
     x = jax.random.normal(jax.random.key(0), (6, 10))
     gx = jax.random.normal(jax.random.key(1), (6, 10))
@@ -243,7 +246,8 @@ def test_features_do_not_depend_on_the_tree_around_a_tensor(lo, update_fn):
     for _ in range(3):
         ua, state_a = update_fn(lo, {"x": gx}, state_a, tree_a)
         ub, state_b = update_fn(lo, grads_b, state_b, tree_b)
-        np.testing.assert_allclose(ua["x"], ub["a"][1]["inner"], rtol=1e-6, atol=1e-12)
+        scale = float(jnp.max(jnp.abs(ua["x"])))
+        np.testing.assert_allclose(ua["x"], ub["a"][1]["inner"], rtol=1e-6, atol=1e-6 * scale)
 
 
 def test_jit_and_vmap_over_optimizee_states(lo, update_fn):
@@ -315,6 +319,45 @@ def test_small_fc_fast_path_matches_reference_formulation(update_fn):
         # Same arithmetic up to float32 summation order in the first layer (~1e-6 relative on
         # O(1) pre-activations); `atol` covers outputs that cancel to near 0 (1e-5 of lr*|d|).
         np.testing.assert_allclose(updates[n], -1e-3 * step, rtol=1e-5, atol=1e-8)
+
+
+def test_small_fc_merged_small_tensors_match_reference_formulation(update_fn):
+    # Small tensors share their MLP matmuls (concatenated along the element axis, grouped by
+    # first-layer rows); each must still get the plain per-tensor formulation's update.
+    lo = SmallFC(key=jax.random.key(0), init_lr=1e-3)
+    shapes = {**SHAPES, "w_square": (6, 6), "stack": (2, 5, 3), "bias2": (11,)}
+    assert len(_network._pack_bins([int(np.prod(s)) for s in shapes.values()], 8192)) == 1
+    params = make_params(3, shapes)
+    grads = make_grads(4, params)
+    state = lo.init(params, 100)
+    updates, _ = update_fn(lo, grads, state, params)
+    acc, fac_g = accumulate(
+        state,
+        grads,
+        momentum_decays=lo.momentum_decays,
+        rms_decays=lo.rms_decays,
+        adafactor_decays=lo.adafactor_decays,
+    )
+    reference = jax.jit(_reference_direction, static_argnums=9, compiler_options=FAST)
+    for n in shapes:
+        args = (acc.mom[n], acc.rms[n], fac_g[n], acc.v_row[n], acc.v_col[n], acc.v_diag[n])
+        step = reference(lo, params[n], grads[n], *args, 0)
+        np.testing.assert_allclose(updates[n], -1e-3 * step, rtol=1e-5, atol=1e-8)
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    sizes=st.lists(st.integers(1, 100), min_size=1, max_size=30),
+    limit=st.integers(1, 150),
+)
+def test_pack_bins_are_consecutive_and_within_the_limit(sizes, limit):
+    bins = _network._pack_bins(sizes, limit)
+    assert [i for b in bins for i in b] == list(range(len(sizes)))
+    for b in bins:
+        assert len(b) == 1 or sum(sizes[i] for i in b) <= limit
+    # Greedy: a bin is closed only when the next tensor would not fit.
+    for b, nxt in zip(bins, bins[1:]):
+        assert sum(sizes[i] for i in b) + sizes[nxt[0]] > limit
 
 
 def test_celo2_routing_and_imitation_leaves(update_fn):

@@ -17,6 +17,7 @@ from ._network import (
     bcast,
     explicit_features,
     mlp,
+    mlp_many,
     second_moment_normalize,
     TensorFeatures,
     truncated_normal,
@@ -82,6 +83,12 @@ def _features(p, g, m, v, fac_g, v_row, v_col) -> TensorFeatures:
     row = jnp.expand_dims(jnp.concatenate([v_row, lax.rsqrt(v_row + 1e-8)], -1), d0)
     col = jnp.expand_dims(jnp.concatenate([v_col, lax.rsqrt(v_col + 1e-8)], -1), d1)
     return TensorFeatures(dense, row, col, _FACTORED_DENSE_ROWS, _ROW_ROWS, _COL_ROWS)
+
+
+def _mlp_axes(ndim: int) -> tuple[int, ...]:
+    """The axes the MLP's features are normalised over: the last two (each matrix of a stack
+    on its own)."""
+    return tuple(range(ndim))[-2:]
 
 
 def _is_adam_path(path, leaf) -> bool:
@@ -376,12 +383,13 @@ class Celo2(AbstractLearnedOptimizer[LOState]):
         """`rms_decays[-1]`."""
         return self.rms_decays[-1]
 
-    def _direction(self, feats: TensorFeatures, ndim: int):
-        def rest(h):
-            h = jax.nn.relu(h @ self.w1 + bcast(self.b1, h.ndim))
-            return (h @ self.w2[:, 0] + self.b2[0],)
+    def _rest(self, h):
+        """The layers after the first: hidden activations `[..., h]` to `(direction,)`."""
+        h = jax.nn.relu(h @ self.w1 + bcast(self.b1, h.ndim))
+        return (h @ self.w2[:, 0] + self.b2[0],)
 
-        (direction,) = mlp(feats, self.w0, self.b0, rest, axes=tuple(range(ndim))[-2:], eps=_EPS)
+    def _direction(self, feats: TensorFeatures, ndim: int):
+        (direction,) = mlp(feats, self.w0, self.b0, self._rest, axes=_mlp_axes(ndim), eps=_EPS)
         return direction
 
     def _step(self, direction):
@@ -416,19 +424,31 @@ class Celo2(AbstractLearnedOptimizer[LOState]):
             treedef.flatten_up_to(x)
             for x in (grads, state.mom, state.rms, fac_g, state.v_row, state.v_col)
         ]
-        updates = []
-        for (path, p), g, m, v, fg, row, col in zip(path_leaves, *others):
-            shape, dtype = p.shape, p.dtype
+        updates: list[Array | None] = [None] * len(path_leaves)
+        mlp_leaves, mlp_feats = [], []
+        for i, ((path, p), g, m, v, fg, row, col) in enumerate(zip(path_leaves, *others)):
             p32, m, v = p.astype(jnp.float32), m.astype(jnp.float32), v.astype(jnp.float32)
             if _is_adam_path(path, p):
                 m_hat = m[..., 0] / (1.0 - b1**count)
                 v_hat = v[..., -1] / (1.0 - b2**count)
                 u = -(adam_lr * (m_hat / (jnp.sqrt(v_hat) + 1e-8) + adam_wd * p32))
+                updates[i] = u.reshape(p.shape).astype(p.dtype)
             else:
-                feats = _features(p32, g.astype(jnp.float32), m, v, fg, row, col)
-                _, step = self._step(self._direction(feats, p.ndim))
-                u = -(lr * (step + self.weight_decay * p32))
-            updates.append(u.reshape(shape).astype(dtype))
+                mlp_leaves.append(i)
+                mlp_feats.append(_features(p32, g.astype(jnp.float32), m, v, fg, row, col))
+        directions = mlp_many(
+            mlp_feats,
+            self.w0,
+            self.b0,
+            self._rest,
+            axes_list=[_mlp_axes(path_leaves[i][1].ndim) for i in mlp_leaves],
+            eps=_EPS,
+        )
+        for i, (direction,) in zip(mlp_leaves, directions):
+            p = path_leaves[i][1]
+            _, step = self._step(direction)
+            u = -(lr * (step + self.weight_decay * p.astype(jnp.float32)))
+            updates[i] = u.reshape(p.shape).astype(p.dtype)
         state = eqx.tree_at(lambda s: s.iteration, state, t + 1)
         return jax.tree.unflatten(treedef, updates), state
 

@@ -9,7 +9,11 @@ organised for speed on memory-bound hardware, with the same arithmetic as a plai
   first layer through a matmul on the small factored arrays, broadcast afterwards;
 - the time features (constant over the tensor) are folded into the first-layer bias;
 - the normalised full-size features are materialised once, and on CPU the MLP runs over
-  blocks of rows of the tensor (`jax.lax.map`), so its hidden activations stay in cache.
+  blocks of rows of the tensor (`jax.lax.map`), so its hidden activations stay in cache;
+- small tensors (biases, small matrices) share their kernels: `mlp_many` concatenates them
+  along the element axis and runs each layer as one matmul. Inside meta-training every kernel
+  is repeated for every inner step of every inner problem, and for small tensors the cost of a
+  kernel is its launch, not its arithmetic.
 """
 
 from collections.abc import Callable
@@ -166,3 +170,102 @@ def mlp(
         return layers(x_row, *row_extras)
 
     return lax.map(row_fn, (x, *(extras[i] for i in mapped)), batch_size=rows)
+
+
+def _pack_bins(sizes: list[int], limit: int) -> list[list[int]]:
+    """Greedy consecutive bins of indices whose sizes sum to at most `limit` (an index larger
+    than `limit` gets its own bin)."""
+    bins: list[list[int]] = []
+    total = limit + 1
+    for i, size in enumerate(sizes):
+        if total + size > limit:
+            bins.append([])
+            total = 0
+        bins[-1].append(i)
+        total += size
+    return bins
+
+
+def _first_layer_parts(
+    arrays: list[Float[Array, "..."]], w: Float[Array, "i h"]
+) -> list[Float[Array, "..."]]:
+    """`[a @ w for a in arrays]` as one matmul over the concatenated rows."""
+    flat = [a.reshape(-1, a.shape[-1]) for a in arrays]
+    out = jnp.concatenate(flat, axis=0) @ w
+    ends = np.cumsum([f.shape[0] for f in flat])[:-1]
+    parts = jnp.split(out, ends, axis=0)
+    return [part.reshape(a.shape[:-1] + (w.shape[-1],)) for part, a in zip(parts, arrays)]
+
+
+def _merged_mlp(
+    feats_list: list[TensorFeatures],
+    axes_list: list[tuple[int, ...]],
+    w0: Float[Array, "i h"],
+    bias0: Float[Array, " h"],
+    rest: Callable[[Float[Array, "..."]], tuple[Float[Array, "..."], ...]],
+    eps: float,
+) -> list[tuple[Float[Array, "..."], ...]]:
+    """`mlp` on several tensors with one matmul per layer (per group of first-layer rows)."""
+    shapes = [f.dense[0].shape[:-1] for f in feats_list]
+    hidden = w0.shape[-1]
+    pre: list[Array] = [jnp.zeros(()) for _ in feats_list]
+    # First layer: tensors whose channels map to the same rows of w0 share one matmul; so do
+    # the row and the column statistics of all factored tensors.
+    sources = {
+        "dense": lambda f, a: _normalized_dense(f, a, eps),
+        "row": lambda f, a: second_moment_normalize(f.row, a, eps),
+        "col": lambda f, a: second_moment_normalize(f.col, a, eps),
+    }
+    for kind, source in sources.items():
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, f in enumerate(feats_list):
+            if kind == "dense" or getattr(f, kind) is not None:
+                groups.setdefault(getattr(f, f"{kind}_rows"), []).append(i)
+        for rows, members in groups.items():
+            inputs = [source(feats_list[i], axes_list[i]) for i in members]
+            for i, part in zip(members, _first_layer_parts(inputs, take_rows(w0, rows))):
+                pre[i] = part if kind == "dense" else pre[i] + part
+    flat = [
+        jnp.broadcast_to(h + bcast(bias0, h.ndim), shape + (hidden,)).reshape(-1, hidden)
+        for h, shape in zip(pre, shapes)
+    ]
+    outputs = rest(jax.nn.relu(jnp.concatenate(flat, axis=0)))
+    ends = np.cumsum([int(np.prod(shape, dtype=np.int64)) for shape in shapes])[:-1]
+    per_output = [jnp.split(out, ends, axis=0) for out in outputs]
+    return [
+        tuple(parts[i].reshape(shape) for parts in per_output) for i, shape in enumerate(shapes)
+    ]
+
+
+def mlp_many(
+    feats_list: list[TensorFeatures],
+    w0: Float[Array, "i h"],
+    bias0: Float[Array, " h"],
+    rest: Callable[[Float[Array, "..."]], tuple[Float[Array, "..."], ...]],
+    *,
+    axes_list: list[tuple[int, ...]],
+    eps: float,
+    block_size: int | None = None,
+) -> list[tuple[Float[Array, "..."], ...]]:
+    """[`mlp`][] on several tensors: `[mlp(f, ..., axes=a) for f, a in zip(...)]` up to
+    summation order.
+
+    Consecutive tensors with at most `block_size` elements in total are concatenated along the
+    element axis and go through each layer together (one matmul instead of one per tensor);
+    `rest` must therefore act on the last axis only. Larger tensors run alone, blocked as in
+    `mlp`. `block_size` defaults to `BLOCK_SIZE` on CPU and to no limit elsewhere.
+    """
+    if block_size is None:
+        block_size = BLOCK_SIZE if jax.default_backend() == "cpu" else 2**62
+    sizes = [int(np.prod(f.dense[0].shape[:-1], dtype=np.int64)) for f in feats_list]
+    outputs: list[tuple[Array, ...]] = []
+    for members in _pack_bins(sizes, block_size):
+        if len(members) == 1:
+            (i,) = members
+            kwargs = {"axes": axes_list[i], "eps": eps, "block_size": block_size}
+            outputs.append(mlp(feats_list[i], w0, bias0, rest, **kwargs))
+        else:
+            feats = [feats_list[i] for i in members]
+            axes = [axes_list[i] for i in members]
+            outputs.extend(_merged_mlp(feats, axes, w0, bias0, rest, eps))
+    return outputs

@@ -17,6 +17,7 @@ from ._network import (
     bcast,
     explicit_features,
     mlp,
+    mlp_many,
     tanh_embedding,
     TensorFeatures,
     truncated_normal,
@@ -347,13 +348,14 @@ class SmallFC(AbstractLearnedOptimizer[LOState]):
         """`rms_decays[0]`."""
         return self.rms_decays[0]
 
-    def _mlp(self, feats: TensorFeatures, bias0, ndim: int):
-        def rest(h):
-            h = jax.nn.relu(h @ self.w1 + bcast(self.b1, h.ndim))
-            out = h @ self.w2 + bcast(self.b2, h.ndim)
-            return out[..., 0], out[..., 1]
+    def _rest(self, h):
+        """The layers after the first: hidden activations `[..., h]` to (direction, magnitude)."""
+        h = jax.nn.relu(h @ self.w1 + bcast(self.b1, h.ndim))
+        out = h @ self.w2 + bcast(self.b2, h.ndim)
+        return out[..., 0], out[..., 1]
 
-        return mlp(feats, self.w0, bias0, rest, axes=tuple(range(ndim)), eps=_EPS)
+    def _mlp(self, feats: TensorFeatures, bias0, ndim: int):
+        return mlp(feats, self.w0, bias0, self._rest, axes=tuple(range(ndim)), eps=_EPS)
 
     def _time_bias(self, iteration):
         return tanh_embedding(iteration) @ self.w0[_NUM_NORMALISED:] + self.b0
@@ -379,17 +381,27 @@ class SmallFC(AbstractLearnedOptimizer[LOState]):
             treedef.flatten_up_to(x)
             for x in (grads, state.mom, state.rms, fac_g, state.v_row, state.v_col, state.v_diag)
         ]
-        updates = []
+        feats, tensors = [], []
         for p, g, m, v, fg, row, col, diag in zip(leaves, *others):
-            shape, dtype = p.shape, p.dtype
             p32, g32 = p.astype(jnp.float32), g.astype(jnp.float32)
             m, v = m.astype(jnp.float32), v.astype(jnp.float32)
             if p.ndim == 0:
                 p32, g32, m, v, fg, diag = (x[None] for x in (p32, g32, m, v, fg, diag))
-            d, mg = self._mlp(_features(p32, g32, m, v, fg, row, col, diag), const, p32.ndim)
+            feats.append(_features(p32, g32, m, v, fg, row, col, diag))
+            tensors.append(p32)
+        outputs = mlp_many(
+            feats,
+            self.w0,
+            const,
+            self._rest,
+            axes_list=[tuple(range(p32.ndim)) for p32 in tensors],
+            eps=_EPS,
+        )
+        updates = []
+        for p, p32, (d, mg) in zip(leaves, tensors, outputs):
             step = d * jnp.exp(mg * self.exp_mult)
             u = -((step + self.weight_decay * p32) * lr)
-            updates.append(u.reshape(shape).astype(dtype))
+            updates.append(u.reshape(p.shape).astype(p.dtype))
         state = eqx.tree_at(lambda s: s.iteration, state, t + 1)
         return jax.tree.unflatten(treedef, updates), state
 
