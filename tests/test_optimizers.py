@@ -409,3 +409,19 @@ def test_clear_errors(lo):
     wrong = dict(params, w_wide=jnp.ones((9, 5)))
     with pytest.raises(ValueError, match="shape"):
         lo.update(wrong, state, wrong)
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    data=st.data(),
+)
+def test_mean_square_equals_the_plain_reduction(shape, data):
+    axes = tuple(
+        sorted(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1, max_size=len(shape))))
+    )
+    x = jax.random.normal(jax.random.key(len(shape)), tuple(shape))
+    expected = jnp.mean(jnp.square(x), axis=axes, keepdims=True)
+    got = _network.mean_square(x, axes)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-6)

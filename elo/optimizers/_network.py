@@ -40,11 +40,28 @@ def tanh_embedding(iteration: Int[Array, ""]) -> Float[Array, " 11"]:
     return jnp.tanh(iteration / timescales - 1.0)
 
 
+def mean_square(x: Float[Array, "..."], axes: tuple[int, ...]) -> Float[Array, "..."]:
+    """`mean(x**2, axis=axes, keepdims=True)`, reducing over a channels-first view of `x`.
+
+    The features keep their channels on the last axis; XLA's CPU backend reduces over the
+    leading axes of such an array several times more slowly than over the trailing axes of its
+    transpose (the transpose itself fuses into the reduction's input).
+    """
+    last = x.ndim - 1
+    axes = tuple(a % x.ndim for a in axes)
+    if last in axes or x.ndim < 2:
+        return jnp.mean(jnp.square(x), axis=axes, keepdims=True)
+    channels_first = jnp.moveaxis(x, last, 0)
+    moved = tuple(a + 1 for a in axes)
+    out = jnp.mean(jnp.square(channels_first), axis=moved, keepdims=True)
+    return jnp.moveaxis(out, 0, last)
+
+
 def second_moment_normalize(
     x: Float[Array, "..."], axes: tuple[int, ...], eps: float
 ) -> Float[Array, "..."]:
     """$x / \\sqrt{\\epsilon + \\mathrm{mean}_{axes}(x^2)}$."""
-    return x * lax.rsqrt(eps + jnp.mean(jnp.square(x), axis=axes, keepdims=True))
+    return x * lax.rsqrt(eps + mean_square(x, axes))
 
 
 def truncated_normal(key: PRNGKeyArray, shape: tuple[int, ...], fan_in: int) -> Float[Array, "..."]:
@@ -91,7 +108,7 @@ def _normalized_dense(feats: TensorFeatures, axes: tuple[int, ...], eps: float):
     # The mean squares are taken group by group rather than on the concatenation, so that XLA
     # fuses each reduction with the elementwise producer of its group instead of first writing
     # the unnormalised feature tensor to memory.
-    mean_sq = [jnp.mean(jnp.square(x), axis=axes, keepdims=True) for x in feats.dense]
+    mean_sq = [mean_square(x, axes) for x in feats.dense]
     scale = lax.rsqrt(eps + jnp.concatenate(mean_sq, axis=-1))
     return jnp.concatenate(feats.dense, axis=-1) * scale
 
