@@ -2,6 +2,7 @@
 
 import abc
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -54,6 +55,23 @@ class AbstractHorizon(eqx.Module):
 
     min_steps: eqx.AbstractVar[Int[ArrayLike, ""]]
     max_steps: eqx.AbstractVar[Int[ArrayLike, ""]]
+    # Whether `max_steps` itself can be drawn (so `max_steps == min_steps` is allowed).
+    max_steps_inclusive: ClassVar[bool] = False
+
+    def __check_init__(self):
+        cls = type(self).__name__
+        _check_int(cls, "min_steps", self.min_steps, at_least=1)
+        lo = _concrete(self.min_steps)
+        if lo is None:
+            return
+        relation = ">=" if self.max_steps_inclusive else ">"
+        _check_int(
+            cls,
+            "max_steps",
+            self.max_steps,
+            at_least=int(lo) + (0 if self.max_steps_inclusive else 1),
+            what=f"an integer {relation} min_steps={self.min_steps!r}",
+        )
 
     @abc.abstractmethod
     def sample(
@@ -110,18 +128,6 @@ class LogUniformHorizon(AbstractHorizon):
     min_steps: Int[ArrayLike, ""] = 100
     max_steps: Int[ArrayLike, ""] = 2000
 
-    def __check_init__(self):
-        _check_int("LogUniformHorizon", "min_steps", self.min_steps, at_least=1)
-        lo = _concrete(self.min_steps)
-        if lo is not None:
-            _check_int(
-                "LogUniformHorizon",
-                "max_steps",
-                self.max_steps,
-                at_least=int(lo) + 1,
-                what=f"an integer > min_steps={self.min_steps!r}",
-            )
-
     def sample(
         self, num_finished_unrolls: Int[ArrayLike, ""], *, key: PRNGKeyArray
     ) -> Int[Array, ""]:
@@ -158,18 +164,6 @@ class UniformHorizon(AbstractHorizon):
 
     min_steps: Int[ArrayLike, ""] = 100
     max_steps: Int[ArrayLike, ""] = 2000
-
-    def __check_init__(self):
-        _check_int("UniformHorizon", "min_steps", self.min_steps, at_least=1)
-        lo = _concrete(self.min_steps)
-        if lo is not None:
-            _check_int(
-                "UniformHorizon",
-                "max_steps",
-                self.max_steps,
-                at_least=int(lo) + 1,
-                what=f"an integer > min_steps={self.min_steps!r}",
-            )
 
     def sample(
         self, num_finished_unrolls: Int[ArrayLike, ""], *, key: PRNGKeyArray
@@ -211,17 +205,9 @@ class CurriculumHorizon(AbstractHorizon):
     unrolls_per_stage: Int[ArrayLike, ""] = 20
     reference_off_by_one: bool = eqx.field(default=False, static=True)
 
+    max_steps_inclusive: ClassVar[bool] = True
+
     def __check_init__(self):
-        _check_int("CurriculumHorizon", "min_steps", self.min_steps, at_least=1)
-        lo = _concrete(self.min_steps)
-        if lo is not None:
-            _check_int(
-                "CurriculumHorizon",
-                "max_steps",
-                self.max_steps,
-                at_least=int(lo),
-                what=f"an integer >= min_steps={self.min_steps!r}",
-            )
         _check_int("CurriculumHorizon", "increment", self.increment, at_least=0)
         _check_int("CurriculumHorizon", "unrolls_per_stage", self.unrolls_per_stage, at_least=1)
 

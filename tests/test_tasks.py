@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import elo.tasks as tasks
-from elo.tasks._image_mlp import MAX_IMAGE_LOSS
+from elo.tasks._image_classifier import MAX_IMAGE_LOSS
 from elo.tasks._quadratic import MAX_QUADRATIC_LOSS
 
 from .helpers import tree_allclose

@@ -6,13 +6,12 @@ from typing import Any, ClassVar, Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from .._custom_types import Params, Updates
-from ._accumulators import accumulate, factored_dims, init_accumulators, LOState, safe_rsqrt
-from ._base import AbstractLearnedOptimizer
+from ._accumulators import accumulate, factored_dims, LOState, safe_rsqrt
+from ._mlp_optimizer import AbstractMLPOptimizer
 from ._network import (
     bcast,
     explicit_features,
@@ -23,7 +22,7 @@ from ._network import (
     truncated_normal,
 )
 from ._newton_schulz import newton_schulz, NS_COEFFS
-from ._preprocess import check_float_leaves, check_structure, clip_and_clean
+from ._preprocess import check_structure
 from ._weights import hidden_size_of, read_weights, split_config, WEIGHT_NAMES
 
 
@@ -95,7 +94,7 @@ def _is_adam_path(path, leaf) -> bool:
     return jnp.ndim(leaf) <= 1 or "embed" in jax.tree_util.keystr(path)
 
 
-class Celo2(AbstractLearnedOptimizer[LOState]):
+class Celo2(AbstractMLPOptimizer):
     """Celo2 as meta-trained by ELO (`ELO_Celo2LOpt`).
 
     For a matrix (or a conv kernel, slice by slice over its last two axes), an MLP
@@ -143,6 +142,7 @@ class Celo2(AbstractLearnedOptimizer[LOState]):
     orthogonalize: bool = eqx.field(static=True)
 
     imitation_magnitude: ClassVar[Literal["norm", "elementwise"]] = "elementwise"
+    num_features: ClassVar[int] = _NUM_FEATURES
 
     def __init__(
         self,
@@ -223,23 +223,6 @@ class Celo2(AbstractLearnedOptimizer[LOState]):
         self.clip_norm = float(clip_norm)
         self.orthogonalize = bool(orthogonalize)
 
-    def __check_init__(self):
-        for name, n in (("momentum_decays", 3), ("rms_decays", 1), ("adafactor_decays", 3)):
-            decays = getattr(self, name)
-            if len(decays) != n:
-                raise ValueError(
-                    f"Celo2.{name} must hold {n} decays (the 30-feature layout); got {decays}."
-                )
-            if not all(0.0 <= b <= 1.0 for b in decays):
-                raise ValueError(f"Celo2.{name} must lie in [0, 1]; got {decays}.")
-        if self.warmup_fraction < 0 or self.warmup_steps < 0:
-            raise ValueError(
-                "Celo2.warmup_fraction and Celo2.warmup_steps must be >= 0; got "
-                f"{self.warmup_fraction} and {self.warmup_steps}."
-            )
-        if self.clip_norm <= 0:
-            raise ValueError(f"Celo2.clip_norm must be > 0; got {self.clip_norm}.")
-
     @classmethod
     def from_config(
         cls,
@@ -311,46 +294,6 @@ class Celo2(AbstractLearnedOptimizer[LOState]):
         if weights is not None and "hidden_size" not in kwargs:
             kwargs["hidden_size"] = hidden_size_of(weights)
         return cls(key=key, weights=weights, **{**reference_defaults, **kwargs})
-
-    def load_weights(self, weights: Mapping[str, Any]) -> "Celo2":
-        """A copy of this optimizer with the MLP weights replaced.
-
-        **Arguments:**
-
-        - `weights`: weights in the neutral layout (see `__init__`), or a reference checkpoint's
-          `theta` (`{"ff_mod_stack": {"~": {"w0__0", ..., "w0__13", "b0", ...}}}`).
-
-        **Returns:**
-
-        A new `Celo2`.
-        """
-        shapes = {k: getattr(self, k).shape for k in WEIGHT_NAMES}
-        new = read_weights(weights, shapes, owner="Celo2")
-        return eqx.tree_at(
-            lambda lo: [getattr(lo, k) for k in WEIGHT_NAMES],
-            self,
-            [jnp.asarray(new[k]) for k in WEIGHT_NAMES],
-        )
-
-    def export_weights(self) -> dict[str, np.ndarray]:
-        """The MLP weights in the neutral layout (`w0` stacked `[30, h]`), as float32 numpy."""
-        return {k: np.asarray(getattr(self, k), np.float32) for k in WEIGHT_NAMES}
-
-    def init(self, params: Params, num_steps: int | Int[ArrayLike, ""]) -> LOState:
-        """Zero accumulators for `params` (see [`elo.optimizers.LOState`][]); `num_steps` is
-        stored as an `int32` array."""
-        check_float_leaves(params, what="params")
-        return init_accumulators(
-            params,
-            num_steps,
-            momentum_decays=self.momentum_decays,
-            rms_decays=self.rms_decays,
-            adafactor_decays=self.adafactor_decays,
-        )
-
-    def preprocess_grads(self, grads: Updates) -> Updates:
-        """Global-norm clipping (if `clip_grad`), then `nan_to_num`."""
-        return clip_and_clean(grads, clip_grad=self.clip_grad, clip_norm=self.clip_norm)
 
     def learning_rate(
         self, iteration: Int[ArrayLike, ""], num_steps: Int[ArrayLike, ""]

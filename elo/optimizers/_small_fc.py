@@ -6,13 +6,12 @@ from typing import Any, ClassVar, Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from .._custom_types import Params, Updates
-from ._accumulators import accumulate, factored_dims, init_accumulators, LOState, safe_rsqrt
-from ._base import AbstractLearnedOptimizer
+from ._accumulators import accumulate, factored_dims, LOState, safe_rsqrt
+from ._mlp_optimizer import AbstractMLPOptimizer
 from ._network import (
     bcast,
     explicit_features,
@@ -22,7 +21,7 @@ from ._network import (
     TensorFeatures,
     truncated_normal,
 )
-from ._preprocess import check_float_leaves, check_structure, clip_and_clean
+from ._preprocess import check_structure
 from ._weights import hidden_size_of, read_weights, split_config, WEIGHT_NAMES
 
 
@@ -63,7 +62,7 @@ def _features(p, g, m, v, fac_g, v_row, v_col, v_diag) -> TensorFeatures:
     return TensorFeatures(dense, row, col, _FACTORED_DENSE_ROWS, _ROW_ROWS, _COL_ROWS)
 
 
-class SmallFC(AbstractLearnedOptimizer[LOState]):
+class SmallFC(AbstractMLPOptimizer):
     """ELO's `small_fc` learned optimizer (`ELO_AdafacMLPLOpt`; Metz et al.'s `small_fc_lopt`).
 
     Every parameter tensor goes through the same MLP $39 \\to 32 \\to 32 \\to 2$ (ReLU), applied
@@ -112,6 +111,7 @@ class SmallFC(AbstractLearnedOptimizer[LOState]):
     clip_norm: float = eqx.field(static=True)
 
     imitation_magnitude: ClassVar[Literal["norm", "elementwise"]] = "norm"
+    num_features: ClassVar[int] = _NUM_FEATURES
 
     def __init__(
         self,
@@ -197,23 +197,8 @@ class SmallFC(AbstractLearnedOptimizer[LOState]):
         self.clip_norm = float(clip_norm)
 
     def __check_init__(self):
-        for name, n in (("momentum_decays", 3), ("rms_decays", 1), ("adafactor_decays", 3)):
-            decays = getattr(self, name)
-            if len(decays) != n:
-                raise ValueError(
-                    f"SmallFC.{name} must hold {n} decays (the 39-feature layout); got {decays}."
-                )
-            if not all(0.0 <= b <= 1.0 for b in decays):
-                raise ValueError(f"SmallFC.{name} must lie in [0, 1]; got {decays}.")
-        if self.warmup_fraction < 0 or self.warmup_steps < 0:
-            raise ValueError(
-                "SmallFC.warmup_fraction and SmallFC.warmup_steps must be >= 0; got "
-                f"{self.warmup_fraction} and {self.warmup_steps}."
-            )
         if self.cosine_steps is not None and self.cosine_steps < 2:
             raise ValueError(f"SmallFC.cosine_steps must be >= 2 or None; got {self.cosine_steps}.")
-        if self.clip_norm <= 0:
-            raise ValueError(f"SmallFC.clip_norm must be > 0; got {self.clip_norm}.")
 
     @classmethod
     def from_config(
@@ -280,46 +265,6 @@ class SmallFC(AbstractLearnedOptimizer[LOState]):
         if "hidden_size" not in kwargs:
             kwargs["hidden_size"] = 4 if weights is None else hidden_size_of(weights)
         return cls(key=key, weights=weights, **kwargs)
-
-    def load_weights(self, weights: Mapping[str, Any]) -> "SmallFC":
-        """A copy of this optimizer with the MLP weights replaced.
-
-        **Arguments:**
-
-        - `weights`: weights in the neutral layout (see `__init__`); a reference checkpoint's
-          `theta` (`{"nn": {"~": {...}}}`) is accepted too.
-
-        **Returns:**
-
-        A new `SmallFC`.
-        """
-        shapes = {k: getattr(self, k).shape for k in WEIGHT_NAMES}
-        new = read_weights(weights, shapes, owner="SmallFC")
-        return eqx.tree_at(
-            lambda lo: [getattr(lo, k) for k in WEIGHT_NAMES],
-            self,
-            [jnp.asarray(new[k]) for k in WEIGHT_NAMES],
-        )
-
-    def export_weights(self) -> dict[str, np.ndarray]:
-        """The MLP weights in the neutral layout, as float32 numpy arrays keyed `w0 ... b2`."""
-        return {k: np.asarray(getattr(self, k), np.float32) for k in WEIGHT_NAMES}
-
-    def init(self, params: Params, num_steps: int | Int[ArrayLike, ""]) -> LOState:
-        """Zero accumulators for `params` (see [`elo.optimizers.LOState`][]); `num_steps` is
-        stored as an `int32` array."""
-        check_float_leaves(params, what="params")
-        return init_accumulators(
-            params,
-            num_steps,
-            momentum_decays=self.momentum_decays,
-            rms_decays=self.rms_decays,
-            adafactor_decays=self.adafactor_decays,
-        )
-
-    def preprocess_grads(self, grads: Updates) -> Updates:
-        """Global-norm clipping (if `clip_grad`), then `nan_to_num`."""
-        return clip_and_clean(grads, clip_grad=self.clip_grad, clip_norm=self.clip_norm)
 
     def learning_rate(
         self, iteration: Int[ArrayLike, ""], num_steps: Int[ArrayLike, ""]

@@ -6,18 +6,11 @@ from typing import Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import optax
-from jaxtyping import Array, Float, Int32
+from jaxtyping import Array, Float
 
-from .._custom_types import Params, PRNGKeyArray, Scalar
-from ._base import AbstractTask
-from ._data import ImageDataset, NUM_CLASSES, SplitName
-from ._image_mlp import MAX_IMAGE_LOSS
-
-
-def _check_positive_int(owner: str, field: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner}.{field} must be a positive integer, got {value!r}.")
+from .._custom_types import Params, PRNGKeyArray
+from ._data import ImageDataset, NUM_CLASSES
+from ._image_classifier import AbstractImageClassifier, check_positive_int
 
 
 def conv3x3(
@@ -37,7 +30,7 @@ def conv3x3(
     return patches @ w.reshape(9 * cin, w.shape[-1])
 
 
-class ConvImageTask(AbstractTask):
+class ConvImageTask(AbstractImageClassifier):
     """Classify images with a small convolutional network: a held-out task of another kind.
 
     The network applies `depth` convolutions of `channels` filters of size $3 \\times 3$ (stride
@@ -91,12 +84,8 @@ class ConvImageTask(AbstractTask):
         self.eval_split = eval_split
 
     def __check_init__(self):
-        for field in ("channels", "depth", "batch_size"):
-            _check_positive_int("ConvImageTask", field, getattr(self, field))
-        if self.eval_split not in ("validation", "test"):
-            raise ValueError(
-                f"ConvImageTask.eval_split must be 'validation' or 'test', got {self.eval_split!r}."
-            )
+        for field in ("channels", "depth"):
+            check_positive_int("ConvImageTask", field, getattr(self, field))
 
     @property
     def name(self) -> str:
@@ -151,97 +140,3 @@ class ConvImageTask(AbstractTask):
         pooled = jnp.mean(x, axis=(1, 2))
         head = params["head"]
         return pooled @ head["w"] + head["b"][None, :]
-
-    def _mean_loss(self, params: Params, key: PRNGKeyArray, split: SplitName) -> Scalar:
-        inputs, labels = self.data.sample(key, self.batch_size, split)
-        losses = optax.softmax_cross_entropy_with_integer_labels(
-            self.logits(params, inputs), labels
-        )
-        return jnp.mean(losses)
-
-    def loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
-        """Mean softmax cross-entropy on a train minibatch of `batch_size` drawn from `key`.
-
-        **Arguments:**
-
-        - `params`: as returned by `init`.
-        - `key`: selects the minibatch (indices uniform with replacement).
-
-        **Returns:**
-
-        A float32 scalar.
-        """
-        return self._mean_loss(params, key, "train")
-
-    def eval_loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
-        """Mean softmax cross-entropy on a minibatch of the `eval_split` split.
-
-        **Arguments:**
-
-        - `params`: as returned by `init`.
-        - `key`: selects the minibatch.
-
-        **Returns:**
-
-        A float32 scalar.
-        """
-        return self._mean_loss(params, key, self.eval_split)
-
-    def evaluate(
-        self, params: Params, split: SplitName = "test", *, chunk_size: int = 1000
-    ) -> tuple[Scalar, Scalar]:
-        """Loss and accuracy over a whole split, computed in fixed-size chunks.
-
-        As [`elo.tasks.ImageMLPTask.evaluate`][]: a `jax.lax.scan` over chunks of `chunk_size`
-        examples (the last one padded and masked), so memory stays bounded and the function can
-        be jitted (`split` and `chunk_size` are static).
-
-        **Arguments:**
-
-        - `params`: as returned by `init`.
-        - `split`: `"train"`, `"validation"` or `"test"`.
-        - `chunk_size`: examples per chunk (positive).
-
-        **Returns:**
-
-        `(mean_cross_entropy, accuracy)`, two float32 scalars over every example of the split.
-        """
-        _check_positive_int("ConvImageTask.evaluate", "chunk_size", chunk_size)
-        data = self.data.split(split)
-        n = data.num_examples
-        size = min(chunk_size, n)
-        num_chunks = -(-n // size)
-        index = jnp.arange(num_chunks * size, dtype=jnp.int32).reshape(num_chunks, size)
-        valid = index < n
-        index = jnp.minimum(index, n - 1)
-
-        def body(
-            carry: tuple[Scalar, Int32[Array, ""]], chunk: tuple[Array, Array]
-        ) -> tuple[tuple[Scalar, Int32[Array, ""]], None]:
-            total_loss, total_correct = carry
-            idx, mask = chunk
-            logits = self.logits(params, self.data.preprocess(data.images[idx]))
-            labels = data.labels[idx]
-            losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-            correct = (jnp.argmax(logits, axis=-1) == labels) & mask
-            total_loss = total_loss + jnp.sum(jnp.where(mask, losses, 0.0))
-            total_correct = total_correct + jnp.sum(correct, dtype=jnp.int32)
-            return (total_loss, total_correct), None
-
-        init = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32))
-        (total_loss, total_correct), _ = jax.lax.scan(body, init, (index, valid))
-        return total_loss / n, total_correct.astype(jnp.float32) / n
-
-    def normalize_loss(self, loss: Scalar) -> Scalar:
-        """Clip the cross-entropy to $[0, 1.5 \\ln 10]$; NaN and $+\\infty$ map to the bound.
-
-        **Arguments:**
-
-        - `loss`: a value returned by `loss`.
-
-        **Returns:**
-
-        A finite float32 scalar in $[0, 1.5 \\ln 10]$.
-        """
-        bound = MAX_IMAGE_LOSS
-        return jnp.nan_to_num(jnp.clip(loss, 0.0, bound), nan=bound, posinf=bound, neginf=0.0)

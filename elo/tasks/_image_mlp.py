@@ -6,24 +6,14 @@ from typing import Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import optax
-from jaxtyping import Array, Float, Int32
+from jaxtyping import Array, Float
 
-from .._custom_types import Params, PRNGKeyArray, Scalar
-from ._base import AbstractTask
-from ._data import ImageDataset, NUM_CLASSES, SplitName
-
-
-MAX_IMAGE_LOSS = 1.5 * math.log(NUM_CLASSES)
-"""Upper bound of the normalised image-task loss, $1.5 \\ln 10 \\approx 3.454$ (reference §6.1)."""
+from .._custom_types import Params, PRNGKeyArray
+from ._data import ImageDataset, NUM_CLASSES
+from ._image_classifier import AbstractImageClassifier, check_positive_int
 
 
-def _check_positive_int(owner: str, field: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner}.{field} must be a positive integer, got {value!r}.")
-
-
-class ImageMLPTask(AbstractTask):
+class ImageMLPTask(AbstractImageClassifier):
     """Classify images with an MLP: the inner problem of ELO meta-training.
 
     The network flattens an `H x W x C` image, applies `depth` hidden layers of `width` units with
@@ -75,12 +65,8 @@ class ImageMLPTask(AbstractTask):
         self.eval_split = eval_split
 
     def __check_init__(self):
-        for field in ("width", "depth", "batch_size"):
-            _check_positive_int("ImageMLPTask", field, getattr(self, field))
-        if self.eval_split not in ("validation", "test"):
-            raise ValueError(
-                f"ImageMLPTask.eval_split must be 'validation' or 'test', got {self.eval_split!r}."
-            )
+        for field in ("width", "depth"):
+            check_positive_int("ImageMLPTask", field, getattr(self, field))
 
     @property
     def name(self) -> str:
@@ -128,99 +114,3 @@ class ImageMLPTask(AbstractTask):
             if i < self.depth:
                 x = jax.nn.relu(x)
         return x
-
-    def _mean_loss(self, params: Params, key: PRNGKeyArray, split: SplitName) -> Scalar:
-        inputs, labels = self.data.sample(key, self.batch_size, split)
-        losses = optax.softmax_cross_entropy_with_integer_labels(
-            self.logits(params, inputs), labels
-        )
-        return jnp.mean(losses)
-
-    def loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
-        """Mean softmax cross-entropy on a train minibatch of `batch_size` drawn from `key`.
-
-        **Arguments:**
-
-        - `params`: as returned by `init`.
-        - `key`: selects the minibatch (indices uniform with replacement).
-
-        **Returns:**
-
-        A float32 scalar.
-        """
-        return self._mean_loss(params, key, "train")
-
-    def eval_loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
-        """Mean softmax cross-entropy on a minibatch of the `eval_split` split.
-
-        **Arguments:**
-
-        - `params`: as returned by `init`.
-        - `key`: selects the minibatch.
-
-        **Returns:**
-
-        A float32 scalar.
-        """
-        return self._mean_loss(params, key, self.eval_split)
-
-    def evaluate(
-        self, params: Params, split: SplitName = "test", *, chunk_size: int = 1000
-    ) -> tuple[Scalar, Scalar]:
-        """Loss and accuracy over a whole split, computed in fixed-size chunks.
-
-        The split is walked with a `jax.lax.scan` over chunks of `chunk_size` examples (the last
-        one padded and masked), so the memory use is bounded and the function can be jitted
-        (`split` and `chunk_size` are static).
-
-        **Arguments:**
-
-        - `params`: as returned by `init`.
-        - `split`: `"train"`, `"validation"` or `"test"`.
-        - `chunk_size`: examples per chunk (positive).
-
-        **Returns:**
-
-        `(mean_cross_entropy, accuracy)`, two float32 scalars over every example of the split.
-        """
-        _check_positive_int("ImageMLPTask.evaluate", "chunk_size", chunk_size)
-        data = self.data.split(split)
-        n = data.num_examples
-        size = min(chunk_size, n)
-        num_chunks = -(-n // size)
-        index = jnp.arange(num_chunks * size, dtype=jnp.int32).reshape(num_chunks, size)
-        valid = index < n
-        index = jnp.minimum(index, n - 1)
-
-        def body(
-            carry: tuple[Scalar, Int32[Array, ""]], chunk: tuple[Array, Array]
-        ) -> tuple[tuple[Scalar, Int32[Array, ""]], None]:
-            total_loss, total_correct = carry
-            idx, mask = chunk
-            logits = self.logits(params, self.data.preprocess(data.images[idx]))
-            labels = data.labels[idx]
-            losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-            correct = (jnp.argmax(logits, axis=-1) == labels) & mask
-            total_loss = total_loss + jnp.sum(jnp.where(mask, losses, 0.0))
-            total_correct = total_correct + jnp.sum(correct, dtype=jnp.int32)
-            return (total_loss, total_correct), None
-
-        init = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32))
-        (total_loss, total_correct), _ = jax.lax.scan(body, init, (index, valid))
-        return total_loss / n, total_correct.astype(jnp.float32) / n
-
-    def normalize_loss(self, loss: Scalar) -> Scalar:
-        """Clip the cross-entropy to $[0, 1.5 \\ln 10]$; NaN and $+\\infty$ map to the bound.
-
-        This is the reference's per-step meta-training loss (ELO reference §6.1).
-
-        **Arguments:**
-
-        - `loss`: a value returned by `loss`.
-
-        **Returns:**
-
-        A finite float32 scalar in $[0, 1.5 \\ln 10]$.
-        """
-        bound = MAX_IMAGE_LOSS
-        return jnp.nan_to_num(jnp.clip(loss, 0.0, bound), nan=bound, posinf=bound, neginf=0.0)

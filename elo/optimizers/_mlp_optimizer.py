@@ -1,0 +1,100 @@
+"""What SmallFC and Celo2 share: an MLP's weights, the shared accumulators, gradient clipping."""
+
+from collections.abc import Mapping
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int
+
+from .._custom_types import Params, Updates
+from ._accumulators import init_accumulators, LOState
+from ._base import AbstractLearnedOptimizer
+from ._preprocess import check_float_leaves, clip_and_clean
+from ._weights import read_weights, WEIGHT_NAMES
+
+
+class AbstractMLPOptimizer(AbstractLearnedOptimizer[LOState]):
+    """A learned optimizer whose meta-parameters are the weights `w0, b0, w1, b1, w2, b2` of a
+    three-layer MLP and whose state is the shared accumulators ([`elo.optimizers.LOState`][]).
+
+    Subclasses hold the weights, the accumulator decays, the warmup and the clipping settings
+    as fields (validated here) and implement `update_preprocessed`, `learning_rate`,
+    `imitation_leaves` and `expert_b2`.
+    """
+
+    w0: eqx.AbstractVar[Float[Array, "i h"]]
+    b0: eqx.AbstractVar[Float[Array, " h"]]
+    w1: eqx.AbstractVar[Float[Array, "h h"]]
+    b1: eqx.AbstractVar[Float[Array, " h"]]
+    w2: eqx.AbstractVar[Float[Array, "h o"]]
+    b2: eqx.AbstractVar[Float[Array, " o"]]
+    momentum_decays: eqx.AbstractVar[tuple[float, ...]]
+    rms_decays: eqx.AbstractVar[tuple[float, ...]]
+    adafactor_decays: eqx.AbstractVar[tuple[float, ...]]
+    warmup_fraction: eqx.AbstractVar[float]
+    warmup_steps: eqx.AbstractVar[int]
+    clip_grad: eqx.AbstractVar[bool]
+    clip_norm: eqx.AbstractVar[float]
+    # The number of MLP input features (in the error message about the decay counts).
+    num_features: eqx.AbstractClassVar[int]
+
+    def __check_init__(self):
+        owner = type(self).__name__
+        for name, n in (("momentum_decays", 3), ("rms_decays", 1), ("adafactor_decays", 3)):
+            decays = getattr(self, name)
+            if len(decays) != n:
+                raise ValueError(
+                    f"{owner}.{name} must hold {n} decays (the {self.num_features}-feature "
+                    f"layout); got {decays}."
+                )
+            if not all(0.0 <= b <= 1.0 for b in decays):
+                raise ValueError(f"{owner}.{name} must lie in [0, 1]; got {decays}.")
+        if self.warmup_fraction < 0 or self.warmup_steps < 0:
+            raise ValueError(
+                f"{owner}.warmup_fraction and {owner}.warmup_steps must be >= 0; got "
+                f"{self.warmup_fraction} and {self.warmup_steps}."
+            )
+        if self.clip_norm <= 0:
+            raise ValueError(f"{owner}.clip_norm must be > 0; got {self.clip_norm}.")
+
+    def load_weights(self, weights: Mapping[str, Any]) -> "AbstractMLPOptimizer":
+        """A copy of this optimizer with the MLP weights replaced.
+
+        **Arguments:**
+
+        - `weights`: weights in the neutral layout (see the constructor), or a reference
+          checkpoint's `theta`.
+
+        **Returns:**
+
+        A new optimizer of the same class, with the same settings.
+        """
+        shapes = {k: getattr(self, k).shape for k in WEIGHT_NAMES}
+        new = read_weights(weights, shapes, owner=type(self).__name__)
+        return eqx.tree_at(
+            lambda lo: [getattr(lo, k) for k in WEIGHT_NAMES],
+            self,
+            [jnp.asarray(new[k]) for k in WEIGHT_NAMES],
+        )
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        """The MLP weights in the neutral layout, as float32 numpy arrays keyed `w0 ... b2`."""
+        return {k: np.asarray(getattr(self, k), np.float32) for k in WEIGHT_NAMES}
+
+    def init(self, params: Params, num_steps: int | Int[ArrayLike, ""]) -> LOState:
+        """Zero accumulators for `params` (see [`elo.optimizers.LOState`][]); `num_steps` is
+        stored as an `int32` array."""
+        check_float_leaves(params, what="params")
+        return init_accumulators(
+            params,
+            num_steps,
+            momentum_decays=self.momentum_decays,
+            rms_decays=self.rms_decays,
+            adafactor_decays=self.adafactor_decays,
+        )
+
+    def preprocess_grads(self, grads: Updates) -> Updates:
+        """Global-norm clipping (if `clip_grad`), then `nan_to_num`."""
+        return clip_and_clean(grads, clip_grad=self.clip_grad, clip_norm=self.clip_norm)
