@@ -7,9 +7,10 @@ Every layout runs in fresh processes (the number of CPU devices is fixed when JA
 - `2x2`: two processes on 127.0.0.1 with 2 CPU devices each, joined by
   `elo.distributed.initialize` (cross-process all-reduce over gloo).
 
-On a CPU, "devices" are virtual: they share the machine's cores. With fewer cores than devices
-nothing can get faster; the figures then measure the overhead of sharding (collectives, more
-and smaller kernels). The configuration is `reference` of `benchmarks/meta_step.py`: small_fc on
+On a CPU, "devices" are virtual: they share the machine's cores. Up to one device per core,
+sharding replaces XLA's intra-op threading of every small operation and is faster (see
+`elo.use_cpu_cores`); beyond that the figures measure the overhead of sharding (collectives,
+more and smaller kernels). The configuration is `reference` of `benchmarks/meta_step.py`: small_fc on
 `mlp-w32-d1_mnist-8x8x1`, 8 particles x 2 signs, R = 50, batch 64.
 
 Run: `python benchmarks/devices.py [--layouts 1,2,4,2x2] [--steps 20]`.

@@ -24,7 +24,7 @@ def use_cpu_cores(count: int | None = None) -> int:
     it saves. With one device per core, [`elo.init`][] shards the particles over the cores
     instead (`MetaConfig.num_devices = None` takes the largest device count dividing
     `num_particles`), and each core runs its own particles without synchronising within an
-    inner step: on the project's 2-core machine this makes `meta_step` about 1.8x faster
+    inner step: on the project's 2-core machine this makes `meta_step` about 1.5-2x faster
     (`benchmarks/meta_step.py`). Accelerator backends are unaffected: only the CPU backend
     gets more devices.
 
