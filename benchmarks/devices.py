@@ -10,8 +10,8 @@ Every layout runs in fresh processes (the number of CPU devices is fixed when JA
 On a CPU, "devices" are virtual: they share the machine's cores. Up to one device per core,
 sharding replaces XLA's intra-op threading of every small operation and is faster (see
 `elo.use_cpu_cores`); beyond that the figures measure the overhead of sharding (collectives,
-more and smaller kernels). The configuration is `reference` of `benchmarks/meta_step.py`: small_fc on
-`mlp-w32-d1_mnist-8x8x1`, 8 particles x 2 signs, R = 50, batch 64.
+more and smaller kernels). The configuration is `reference` of `benchmarks/meta_step.py`:
+small_fc on `mlp-w32-d1_mnist-8x8x1`, 8 particles x 2 signs, R = 50, batch 64.
 
 Run: `python benchmarks/devices.py [--layouts 1,2,4,2x2] [--steps 20]`.
 Writes `benchmarks/results/devices.json`. Nothing is asserted: these are measurements.
