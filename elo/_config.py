@@ -124,7 +124,8 @@ class MetaConfig(eqx.Module):
 
     *Devices*
 
-    - `num_devices`: devices the particles are sharded over (`None`: all of `jax.devices()`).
+    - `num_devices`: devices the particles are sharded over (`None`: the largest number of
+      available devices that divides `num_particles`; see [`elo.use_cpu_cores`][] for CPUs).
     """
 
     tasks: Sequence[str] = DEFAULT_TASKS

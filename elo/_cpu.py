@@ -1,18 +1,58 @@
 """One JAX device per CPU core, so that `meta_step` runs its particle shards in parallel."""
 
+import math
 import os
+from pathlib import Path
 
 import jax
 
 
 _FORCE_FLAG = "--xla_force_host_platform_device_count"
+_CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def _cgroup_cpu_limit() -> int | None:
+    """The CPU quota of this process's cgroup (v2), rounded up, or `None` if there is none."""
+    try:
+        quota, period = _CGROUP_CPU_MAX.read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    try:
+        return max(1, math.ceil(int(quota) / int(period)))
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 def available_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
+    """The CPUs this process may run on: its affinity mask (logical CPUs, so hyperthreads
+    count) where the OS has one, capped by a cgroup v2 CPU quota (e.g. `docker --cpus`)."""
     if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count() or 1
+    limit = _cgroup_cpu_limit()
+    return cores if limit is None else min(cores, limit)
+
+
+def _forced_count() -> int | None:
+    """The device count `XLA_FLAGS` forces, or `None`."""
+    for flag in os.environ.get("XLA_FLAGS", "").split():
+        if flag.startswith(_FORCE_FLAG + "="):
+            try:
+                return int(flag.split("=", 1)[1])
+            except ValueError:
+                return None
+    return None
+
+
+def _cpu_device_count() -> int | None:
+    """How many CPU devices the running JAX has, or `None` if it has no CPU backend."""
+    try:
+        return len(jax.devices("cpu"))
+    except RuntimeError:
+        return None
 
 
 def use_cpu_cores(count: int | None = None) -> int:
@@ -29,8 +69,9 @@ def use_cpu_cores(count: int | None = None) -> int:
     gets more devices.
 
     Call it before JAX runs anything (it sets `jax_num_cpu_devices`, which JAX reads once
-    when it starts its CPU backend). If `XLA_FLAGS` already sets
-    `--xla_force_host_platform_device_count`, that setting is kept and nothing changes.
+    when it starts its CPU backend). A count the user already chose is kept when `count` is
+    `None`: `XLA_FLAGS=--xla_force_host_platform_device_count=N`, the `JAX_NUM_CPU_DEVICES`
+    environment variable or an earlier `jax.config.update("jax_num_cpu_devices", N)`.
 
     **Arguments:**
 
@@ -43,33 +84,34 @@ def use_cpu_cores(count: int | None = None) -> int:
     **Raises:**
 
     - `ValueError` if `count` is not a positive integer.
-    - `RuntimeError` if JAX's backends already started with a different number of CPU devices;
-      call `use_cpu_cores` first thing after `import elo`.
+    - `RuntimeError` if `count` contradicts the count `XLA_FLAGS` forces, or if JAX's backends
+      already started with a different number of CPU devices (call `use_cpu_cores` first thing
+      after `import elo`).
     """
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise ValueError(f"use_cpu_cores: count must be a positive integer, got {count!r}.")
-    if _FORCE_FLAG in os.environ.get("XLA_FLAGS", ""):
-        return _forced_count()
+    forced = _forced_count()
+    if forced is not None:
+        if count is not None and count != forced:
+            raise RuntimeError(
+                f"use_cpu_cores({count}): XLA_FLAGS sets {_FORCE_FLAG}={forced}, which fixes the "
+                f"number of CPU devices; remove it from XLA_FLAGS or ask for {forced} devices."
+            )
+        return forced
+    configured = jax.config.jax_num_cpu_devices
+    if count is None and configured >= 0:
+        return configured
     wanted = available_cores() if count is None else count
     try:
         jax.config.update("jax_num_cpu_devices", wanted)
     except RuntimeError:
-        have = len(jax.devices("cpu"))
+        have = _cpu_device_count()
         if have == wanted:
             return wanted
+        started = "without a CPU backend" if have is None else f"with {have} CPU device(s)"
         raise RuntimeError(
-            f"use_cpu_cores({wanted}): JAX has already started with {have} CPU device(s), and "
-            "the number is fixed once it has. Call elo.use_cpu_cores() before any other JAX "
-            f"operation, or set XLA_FLAGS={_FORCE_FLAG}={wanted} before starting Python."
+            f"use_cpu_cores({wanted}): JAX has already started {started}, and the number is "
+            "fixed once it has. Call elo.use_cpu_cores() before any other JAX operation, or set "
+            f"XLA_FLAGS={_FORCE_FLAG}={wanted} before starting Python."
         ) from None
     return wanted
-
-
-def _forced_count() -> int:
-    for flag in os.environ.get("XLA_FLAGS", "").split():
-        if flag.startswith(_FORCE_FLAG + "="):
-            try:
-                return int(flag.split("=", 1)[1])
-            except ValueError:
-                break
-    return len(jax.devices("cpu"))

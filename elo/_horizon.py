@@ -45,6 +45,10 @@ class AbstractHorizon(eqx.Module):
 
     Both are pure and scalar; `jax.vmap` them over particles.
 
+    Construction validates `min_steps >= 1` and `max_steps > min_steps` (`>=` when the class
+    variable `max_steps_inclusive` is `True`, as for [`elo.CurriculumHorizon`][], whose
+    `max_steps` can be drawn); traced values are not validated.
+
     !!! note
 
         The horizon counts steps from the start of the run. When resuming from the buffer at
@@ -55,7 +59,6 @@ class AbstractHorizon(eqx.Module):
 
     min_steps: eqx.AbstractVar[Int[ArrayLike, ""]]
     max_steps: eqx.AbstractVar[Int[ArrayLike, ""]]
-    # Whether `max_steps` itself can be drawn (so `max_steps == min_steps` is allowed).
     max_steps_inclusive: ClassVar[bool] = False
 
     def __check_init__(self):

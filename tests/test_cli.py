@@ -226,6 +226,14 @@ def test_evaluate_plot_and_export(straight, tmp_path, capsys):
             "--cpu-devices must be 'auto' or a positive integer, got '0'",
         ),
         (
+            ["meta-train", "--preset", "pes_small_fc", "--cpu-devices", "2_0"],
+            "--cpu-devices must be 'auto' or a positive integer, got '2_0'",
+        ),
+        (
+            ["meta-train", "--preset", "pes_small_fc", "--cpu-devices", "3"],
+            "XLA_FLAGS sets --xla_force_host_platform_device_count=4",
+        ),
+        (
             ["meta-train", "--preset", "pes_small_fc", "--cpu-devices", "2", "--distributed"],
             "--cpu-devices does not combine with --distributed",
         ),

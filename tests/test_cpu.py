@@ -10,7 +10,8 @@ import elo
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # conftest forces 4
+    # conftest forces 4 devices through XLA_FLAGS; the tests choose their own.
+    clean = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
     clean.update(JAX_PLATFORMS="cpu", **env)
     return subprocess.run(
         [sys.executable, "-c", code], env=clean, capture_output=True, text=True, timeout=300
@@ -48,13 +49,39 @@ def test_too_late_is_an_error_that_says_what_to_do():
     assert "Call elo.use_cpu_cores() before any other JAX operation" in result.stderr
 
 
-def test_xla_flags_setting_wins():
+def test_a_count_forced_by_xla_flags_is_kept_and_a_contradiction_is_an_error():
     result = _run(
-        "import elo, jax\nprint(elo.use_cpu_cores(3), len(jax.devices()))",
+        "import elo, jax\n"
+        "print(elo.use_cpu_cores(), elo.use_cpu_cores(2), len(jax.devices()))\n"
+        "elo.use_cpu_cores(3)\n",
         XLA_FLAGS="--xla_force_host_platform_device_count=2",
     )
+    assert result.stdout.split() == ["2", "2", "2"]
+    assert result.returncode != 0
+    assert "XLA_FLAGS sets --xla_force_host_platform_device_count=2" in result.stderr
+
+
+def test_a_count_from_jax_num_cpu_devices_is_kept():
+    result = _run(
+        "import elo, jax\nprint(elo.use_cpu_cores(), len(jax.devices()))",
+        JAX_NUM_CPU_DEVICES="3",
+    )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["2", "2"]
+    assert result.stdout.split() == ["3", "3"]
+
+
+def test_available_cores_respects_a_cgroup_quota(tmp_path, monkeypatch):
+    from elo import _cpu
+
+    cpu_max = tmp_path / "cpu.max"
+    monkeypatch.setattr(_cpu, "_CGROUP_CPU_MAX", cpu_max)
+    monkeypatch.setattr(_cpu.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    cpu_max.write_text("150000 100000\n")
+    assert elo.available_cores() == 2
+    cpu_max.write_text("max 100000\n")
+    assert elo.available_cores() == 64
+    cpu_max.unlink()
+    assert elo.available_cores() == 64
 
 
 @pytest.mark.parametrize("count", [0, -1])

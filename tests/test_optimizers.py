@@ -326,7 +326,9 @@ def test_small_fc_merged_small_tensors_match_reference_formulation(update_fn):
     # first-layer rows); each must still get the plain per-tensor formulation's update.
     lo = SmallFC(key=jax.random.key(0), init_lr=1e-3)
     shapes = {**SHAPES, "w_square": (6, 6), "stack": (2, 5, 3), "bias2": (11,)}
-    assert len(_network._pack_bins([int(np.prod(s)) for s in shapes.values()], 8192)) == 1
+    sizes = [int(np.prod(s)) for s in shapes.values()]
+    assert max(sizes) <= _network.MERGE_SIZE
+    assert len(_network._pack_bins(sizes, _network.BLOCK_SIZE)) == 1
     params = make_params(3, shapes)
     grads = make_grads(4, params)
     state = lo.init(params, 100)
@@ -343,6 +345,30 @@ def test_small_fc_merged_small_tensors_match_reference_formulation(update_fn):
         args = (acc.mom[n], acc.rms[n], fac_g[n], acc.v_row[n], acc.v_col[n], acc.v_diag[n])
         step = reference(lo, params[n], grads[n], *args, 0)
         np.testing.assert_allclose(updates[n], -1e-3 * step, rtol=1e-5, atol=1e-8)
+
+
+def test_merging_small_tensors_does_not_change_any_update(lo, monkeypatch):
+    # Every tensor kind (scalar, vector, matrix, stack of matrices, conv kernel), with a large
+    # tensor in the middle of the small ones: merged (default) and one tensor at a time must
+    # agree up to float32 rounding, for both learned optimizers.
+    lo = type(lo)(weights=lo.export_weights(), clip_grad=False)
+    shapes = {**SHAPES, "big": (_network.MERGE_SIZE + 1,), "stack": (2, 5, 3), "tail": (4,)}
+    params = make_params(5, shapes)
+    grads = make_grads(6, params)
+    state = lo.init(params, 100)
+    # New functions each time: a jit cache hit would skip the re-trace with the patched size.
+    merged, _ = jax.jit(lambda g, s, p: lo.update(g, s, p), compiler_options=FAST)(
+        grads, state, params
+    )
+    monkeypatch.setattr(_network, "MERGE_SIZE", 0)
+    alone, _ = jax.jit(lambda g, s, p: lo.update(g, s, p), compiler_options=FAST)(
+        grads, state, params
+    )
+    for name in shapes:
+        scale = float(jnp.max(jnp.abs(alone[name])))
+        np.testing.assert_allclose(
+            merged[name], alone[name], rtol=1e-5, atol=1e-5 * scale, err_msg=name
+        )
 
 
 @settings(deadline=None, max_examples=200)

@@ -198,17 +198,15 @@ def _check_run_dir(out: Path, record: dict[str, Any], config: MetaConfig) -> Non
 def configure_cpu_devices(setting: str) -> None:
     """Apply `--cpu-devices` (see [`elo.use_cpu_cores`][]) before JAX starts.
 
-    `auto` keeps whatever JAX already has if it has started (e.g. when called from a notebook)
-    or when `XLA_FLAGS` fixes the count; an explicit count that cannot be applied is an error.
+    `auto` keeps a count the user already chose (`XLA_FLAGS`, `JAX_NUM_CPU_DEVICES`) and
+    whatever JAX has if it has already started (e.g. when called from a notebook); an explicit
+    count that cannot be applied is an error.
     """
     if setting == "auto":
         with contextlib.suppress(RuntimeError):
             use_cpu_cores()
         return
-    try:
-        count = int(setting)
-    except ValueError:
-        count = 0
+    count = int(setting) if setting.isascii() and setting.isdigit() else 0
     if count < 1:
         raise CLIError(f"--cpu-devices must be 'auto' or a positive integer, got {setting!r}.")
     try:

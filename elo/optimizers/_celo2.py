@@ -336,7 +336,7 @@ class Celo2(AbstractMLPOptimizer):
         return direction
 
     def _step(self, direction):
-        axes = tuple(range(direction.ndim))[-2:]
+        axes = _mlp_axes(direction.ndim)
         ns = direction
         if self.orthogonalize and direction.ndim >= 2:
             ns = newton_schulz(direction, form="celo2")
@@ -432,7 +432,7 @@ class Celo2(AbstractMLPOptimizer):
         if p.ndim == 0:
             p, g, m, rms, fac_g = (x[None] for x in (p, g, m, rms, fac_g))
         feats = _features(p, g, m, rms, fac_g, v_row, v_col)
-        explicit = explicit_features(feats, tuple(range(p.ndim))[-2:], _EPS)
+        explicit = explicit_features(feats, _mlp_axes(p.ndim), _EPS)
         direction = self._direction(feats, p.ndim)
         step_ns, step = self._step(direction)
         out = {

@@ -65,7 +65,9 @@ class AbstractMLPOptimizer(AbstractLearnedOptimizer[LOState]):
         **Arguments:**
 
         - `weights`: weights in the neutral layout (see the constructor), or a reference
-          checkpoint's `theta`.
+          checkpoint's `theta`: `{"nn": {"~": {...}}}` for SmallFC, `{"ff_mod_stack": {"~":
+          {"w0__0", ..., "w0__13", "b0", ...}}}` for Celo2 (its per-group first-layer matrices
+          are stacked into `w0`).
 
         **Returns:**
 
@@ -80,7 +82,8 @@ class AbstractMLPOptimizer(AbstractLearnedOptimizer[LOState]):
         )
 
     def export_weights(self) -> dict[str, np.ndarray]:
-        """The MLP weights in the neutral layout, as float32 numpy arrays keyed `w0 ... b2`."""
+        """The MLP weights in the neutral layout, as float32 numpy arrays keyed `w0 ... b2`
+        (for Celo2, `w0` is the per-group first-layer matrices stacked, `[30, h]`)."""
         return {k: np.asarray(getattr(self, k), np.float32) for k in WEIGHT_NAMES}
 
     def init(self, params: Params, num_steps: int | Int[ArrayLike, ""]) -> LOState:

@@ -10,10 +10,10 @@ organised for speed on memory-bound hardware, with the same arithmetic as a plai
 - the time features (constant over the tensor) are folded into the first-layer bias;
 - the normalised full-size features are materialised once, and on CPU the MLP runs over
   blocks of rows of the tensor (`jax.lax.map`), so its hidden activations stay in cache;
-- small tensors (biases, small matrices) share their kernels: `mlp_many` concatenates them
-  along the element axis and runs each layer as one matmul. Inside meta-training every kernel
-  is repeated for every inner step of every inner problem, and for small tensors the cost of a
-  kernel is its launch, not its arithmetic.
+- small tensors (biases, small matrices: at most `MERGE_SIZE` elements) share their kernels:
+  `mlp_many` concatenates them along the element axis and runs each layer as one matmul.
+  Inside meta-training every kernel is repeated for every inner step of every inner problem,
+  and for small tensors the cost of a kernel is its launch, not its arithmetic.
 """
 
 from collections.abc import Callable
@@ -32,6 +32,9 @@ _TIMESCALES = (1, 3, 10, 30, 100, 300, 1000, 3000, 10000, 30000, 100000)
 # (2048-16384 measured alike on a 300k-parameter tree; 8192 was fastest on 1M-element tensors).
 # Accelerators run the MLP unblocked (one large kernel per layer).
 BLOCK_SIZE = 8192
+# Tensors with at most this many elements share their MLP matmuls (`mlp_many`). On CPU the
+# merged tensors are also grouped so that each group has at most `BLOCK_SIZE` elements.
+MERGE_SIZE = 8192
 
 
 def tanh_embedding(iteration: Int[Array, ""]) -> Float[Array, " 11"]:
@@ -190,7 +193,7 @@ def mlp(
 
 
 def _pack_bins(sizes: list[int], limit: int) -> list[list[int]]:
-    """Greedy consecutive bins of indices whose sizes sum to at most `limit` (an index larger
+    """Greedy bins of consecutive indices whose sizes sum to at most `limit` (an index larger
     than `limit` gets its own bin)."""
     bins: list[list[int]] = []
     total = limit + 1
@@ -225,7 +228,7 @@ def _merged_mlp(
     """`mlp` on several tensors with one matmul per layer (per group of first-layer rows)."""
     shapes = [f.dense[0].shape[:-1] for f in feats_list]
     hidden = w0.shape[-1]
-    pre: list[Array] = [jnp.zeros(()) for _ in feats_list]
+    pre: list[Array | None] = [None] * len(feats_list)
     # First layer: tensors whose channels map to the same rows of w0 share one matmul; so do
     # the row and the column statistics of all factored tensors.
     sources = {
@@ -241,7 +244,9 @@ def _merged_mlp(
         for rows, members in groups.items():
             inputs = [source(feats_list[i], axes_list[i]) for i in members]
             for i, part in zip(members, _first_layer_parts(inputs, take_rows(w0, rows))):
-                pre[i] = part if kind == "dense" else pre[i] + part
+                previous = pre[i]
+                pre[i] = part if previous is None else previous + part
+    assert all(h is not None for h in pre)
     flat = [
         jnp.broadcast_to(h + bcast(bias0, h.ndim), shape + (hidden,)).reshape(-1, hidden)
         for h, shape in zip(pre, shapes)
@@ -267,22 +272,26 @@ def mlp_many(
     """[`mlp`][] on several tensors: `[mlp(f, ..., axes=a) for f, a in zip(...)]` up to
     summation order.
 
-    Consecutive tensors with at most `block_size` elements in total are concatenated along the
-    element axis and go through each layer together (one matmul instead of one per tensor);
-    `rest` must therefore act on the last axis only. Larger tensors run alone, blocked as in
-    `mlp`. `block_size` defaults to `BLOCK_SIZE` on CPU and to no limit elsewhere.
+    Tensors with at most `MERGE_SIZE` elements, wherever they are in the list, are
+    concatenated along the element axis and go through each layer together (one matmul
+    instead of one per tensor); `rest` must therefore act on the last axis only. With
+    `block_size` set (the default on CPU: `BLOCK_SIZE`), they are merged in groups of at most
+    that many elements, so the hidden activations stay cache-sized. Larger tensors run alone,
+    blocked as in `mlp`.
     """
     if block_size is None:
         block_size = BLOCK_SIZE if jax.default_backend() == "cpu" else 2**62
     sizes = [int(np.prod(f.dense[0].shape[:-1], dtype=np.int64)) for f in feats_list]
-    outputs: list[tuple[Array, ...]] = []
-    for members in _pack_bins(sizes, block_size):
-        if len(members) == 1:
-            (i,) = members
+    outputs: dict[int, tuple[Array, ...]] = {}
+    small = [i for i, size in enumerate(sizes) if size <= MERGE_SIZE]
+    for i, size in enumerate(sizes):
+        if size > MERGE_SIZE:
             kwargs = {"axes": axes_list[i], "eps": eps, "block_size": block_size}
-            outputs.append(mlp(feats_list[i], w0, bias0, rest, **kwargs))
-        else:
-            feats = [feats_list[i] for i in members]
-            axes = [axes_list[i] for i in members]
-            outputs.extend(_merged_mlp(feats, axes, w0, bias0, rest, eps))
-    return outputs
+            outputs[i] = mlp(feats_list[i], w0, bias0, rest, **kwargs)
+    for bin_ in _pack_bins([sizes[i] for i in small], block_size):
+        members = [small[j] for j in bin_]
+        feats = [feats_list[i] for i in members]
+        axes = [axes_list[i] for i in members]
+        for i, out in zip(members, _merged_mlp(feats, axes, w0, bias0, rest, eps)):
+            outputs[i] = out
+    return [outputs[i] for i in range(len(feats_list))]
