@@ -75,7 +75,7 @@ def use_cpu_cores(count: int | None = None) -> int:
 
     **Arguments:**
 
-    - `count`: the number of CPU devices, at least 1 (default: [`available_cores`][]).
+    - `count`: the number of CPU devices, at least 1 (default: [`elo.available_cores`][]).
 
     **Returns:**
 
