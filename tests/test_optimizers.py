@@ -328,7 +328,8 @@ def test_small_fc_merged_small_tensors_match_reference_formulation(update_fn):
     shapes = {**SHAPES, "w_square": (6, 6), "stack": (2, 5, 3), "bias2": (11,)}
     sizes = [int(np.prod(s)) for s in shapes.values()]
     assert max(sizes) <= _network.MERGE_SIZE
-    assert len(_network._pack_bins(sizes, _network.BLOCK_SIZE)) == 1
+    groups = _network._merge_groups(sizes, _network.MERGE_SIZE, _network.BLOCK_SIZE)
+    assert groups == [list(range(len(sizes)))]
     params = make_params(3, shapes)
     grads = make_grads(4, params)
     state = lo.init(params, 100)
@@ -371,19 +372,25 @@ def test_merging_small_tensors_does_not_change_any_update(lo, monkeypatch):
         )
 
 
-@settings(deadline=None, max_examples=200)
+@settings(deadline=None, max_examples=300)
 @given(
     sizes=st.lists(st.integers(1, 100), min_size=1, max_size=30),
+    merge_size=st.integers(0, 100),
     limit=st.integers(1, 150),
 )
-def test_pack_bins_are_consecutive_and_within_the_limit(sizes, limit):
-    bins = _network._pack_bins(sizes, limit)
-    assert [i for b in bins for i in b] == list(range(len(sizes)))
-    for b in bins:
-        assert len(b) == 1 or sum(sizes[i] for i in b) <= limit
-    # Greedy: a bin is closed only when the next tensor would not fit.
-    for b, nxt in zip(bins, bins[1:]):
-        assert sum(sizes[i] for i in b) + sizes[nxt[0]] > limit
+def test_merge_groups_are_consecutive_small_and_within_the_limit(sizes, merge_size, limit):
+    groups = _network._merge_groups(sizes, merge_size, limit)
+    assert [i for g in groups for i in g] == list(range(len(sizes)))
+    for g in groups:
+        if any(sizes[i] > merge_size for i in g):
+            assert len(g) == 1  # a large tensor is always alone
+        if len(g) > 1:
+            assert sum(sizes[i] for i in g) <= limit
+    # Greedy: a group of small tensors is closed only by a large one or one that does not fit.
+    for g, nxt in zip(groups, groups[1:]):
+        i = nxt[0]
+        if all(sizes[j] <= merge_size for j in g) and sizes[i] <= merge_size:
+            assert sum(sizes[j] for j in g) + sizes[i] > limit
 
 
 def test_celo2_routing_and_imitation_leaves(update_fn):
