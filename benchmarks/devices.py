@@ -25,7 +25,6 @@ import os
 import platform
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,23 +61,9 @@ def _measure(devices: int, steps: int) -> dict:
     """Run in a child process whose JAX already has its devices."""
     import equinox as eqx
     import jax
-    import jax.random as jr
+    from meta_step import time_meta_steps  # this script's directory is on sys.path
 
-    import elo
-
-    config = _config(devices)
-    state = elo.init(config, key=jr.key(0))
-    jax.block_until_ready(state)
-    start = time.perf_counter()
-    state = elo.meta_step(state, jr.key(1))
-    jax.block_until_ready(state)
-    compile_and_first = time.perf_counter() - start
-    times = []
-    for t in range(steps):
-        start = time.perf_counter()
-        state = elo.meta_step(state, jr.fold_in(jr.key(2), t))
-        jax.block_until_ready(state)
-        times.append(time.perf_counter() - start)
+    state, timings = time_meta_steps(_config(devices), steps)
     device = jax.local_devices()[0]
     theta = eqx.filter(state.learned_optimizer, eqx.is_inexact_array)
     optimizee = jax.tree.leaves(state.groups[0].sides.params)
@@ -86,11 +71,7 @@ def _measure(devices: int, steps: int) -> dict:
         "devices": devices,
         "processes": jax.process_count(),
         "particles_per_device": NUM_PARTICLES // devices,
-        "compile_and_first_step_s": compile_and_first,
-        "seconds_per_step_median": statistics.median(times),
-        "seconds_per_step_min": min(times),
-        "seconds_per_step_mean": statistics.fmean(times),
-        "steps_timed": steps,
+        **timings,
         "lo_parameters": sum(x.size for x in jax.tree.leaves(theta)),
         "optimizee_parameters": sum(math.prod(x.shape[2:]) for x in optimizee),
         "bytes_per_device": {

@@ -46,8 +46,8 @@ CONFIGS = {
 }
 
 
-def measure(name: str, steps: int) -> dict:
-    config = CONFIGS[name]()
+def time_meta_steps(config: elo.MetaConfig, steps: int) -> tuple[elo.MetaState, dict]:
+    """`elo.init`, one compiling step, then `steps` timed steps: `(state, timings)`."""
     state = elo.init(config, key=jr.key(0))
     jax.block_until_ready(state)
     start = time.perf_counter()
@@ -60,6 +60,18 @@ def measure(name: str, steps: int) -> dict:
         state = elo.meta_step(state, jr.fold_in(jr.key(2), t))
         jax.block_until_ready(state)
         times.append(time.perf_counter() - start)
+    return state, {
+        "compile_and_first_step_s": compile_and_first,
+        "seconds_per_step_median": statistics.median(times),
+        "seconds_per_step_min": min(times),
+        "seconds_per_step_mean": statistics.fmean(times),
+        "steps_timed": steps,
+    }
+
+
+def measure(name: str, steps: int) -> dict:
+    config = CONFIGS[name]()
+    state, timings = time_meta_steps(config, steps)
     return {
         "config": name,
         "tasks": list(config.tasks),
@@ -68,11 +80,7 @@ def measure(name: str, steps: int) -> dict:
         "num_particles": config.num_particles,
         "truncation_length": config.truncation_length,
         "devices": len(state.groups[0].step.sharding.device_set),
-        "compile_and_first_step_s": compile_and_first,
-        "seconds_per_step_median": statistics.median(times),
-        "seconds_per_step_min": min(times),
-        "seconds_per_step_mean": statistics.fmean(times),
-        "steps_timed": steps,
+        **timings,
         "final_meta_loss": float(state.metrics.meta_loss),
     }
 
