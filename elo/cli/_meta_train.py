@@ -218,12 +218,12 @@ def configure_cpu_devices(setting: str) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.distributed:
         configure_cpu_devices(args.cpu_devices)
-    elif args.cpu_devices != "auto":
-        raise CLIError(
-            "--cpu-devices does not combine with --distributed; set ELO_LOCAL_DEVICE_COUNT to "
-            "choose each process's CPU devices."
-        )
-    if args.distributed:
+    else:
+        if args.cpu_devices != "auto":
+            raise CLIError(
+                "--cpu-devices does not combine with --distributed; set ELO_LOCAL_DEVICE_COUNT to "
+                "choose each process's CPU devices."
+            )
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(message)s")
         logging.getLogger("elo").setLevel(logging.INFO)
         distributed.initialize()
