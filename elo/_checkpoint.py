@@ -35,7 +35,15 @@ from .optimizers._base import AbstractLearnedOptimizer
 
 
 CHECKPOINT_FORMAT = "elo-checkpoint"
-CHECKPOINT_VERSION = 1
+# Version 2: `Metrics.diverged` / `nonfinite_grads` and `Particle.steps_over_bound`. A version-1
+# checkpoint cannot resume a run, but its learned-optimizer section is unchanged and still loads.
+CHECKPOINT_VERSION = 2
+OPTIMIZER_FORMAT = "elo-optimizer"
+OPTIMIZER_VERSION = 1
+_READABLE_VERSIONS = {
+    CHECKPOINT_FORMAT: (CHECKPOINT_VERSION,),
+    OPTIMIZER_FORMAT: (OPTIMIZER_VERSION,),
+}
 # Fields that may differ between a checkpoint and the run loading it: where the data live and
 # how many devices the particles are sharded over change neither shapes nor the algorithm.
 PORTABLE_FIELDS = ("data_dir", "num_devices")
@@ -109,10 +117,15 @@ def write_framed(path: str | os.PathLike, header: dict[str, Any], sections: list
 
 
 def read_framed(
-    path: str | os.PathLike, *, expected_format: str | tuple[str, ...], what: str
+    path: str | os.PathLike,
+    *,
+    expected_format: str | tuple[str, ...],
+    what: str,
+    versions: dict[str, tuple[int, ...]] | None = None,
 ) -> tuple[dict[str, Any], list[bytes]]:
     """Read and verify a file written by [`write_framed`][]; every failure is a
-    [`CheckpointError`][] with a one-line message."""
+    [`CheckpointError`][] with a one-line message. `versions` maps each format to the versions
+    accepted (default: the current one)."""
     path = Path(path)
     formats = (expected_format,) if isinstance(expected_format, str) else expected_format
     if path.is_dir():
@@ -142,10 +155,18 @@ def read_framed(
             f"{' or '.join(repr(f) for f in formats)}."
         )
     version = header.get("version")
-    if version != CHECKPOINT_VERSION:
+    accepted = (versions or _READABLE_VERSIONS)[header["format"]]
+    if version not in accepted:
+        hint = ""
+        if header["format"] == CHECKPOINT_FORMAT:
+            hint = (
+                " An older checkpoint cannot resume its run with this elo, but its learned "
+                "optimizer still loads (elo.load_optimizer, elo evaluate, elo export); start a "
+                "new run directory to meta-train again."
+            )
         raise CheckpointError(
             f"{what} {path} has format version {version!r}; this elo reads version "
-            f"{CHECKPOINT_VERSION}."
+            f"{' or '.join(map(str, accepted))}.{hint}"
         )
     lengths = header.get("sections")
     if (
@@ -396,7 +417,13 @@ def _two_sections(
 
 def load_checkpoint_optimizer(path: str | os.PathLike) -> AbstractLearnedOptimizer:
     """The learned optimizer stored in a checkpoint, without building the run's tasks."""
-    header, (lo_bytes, _) = _two_sections(read_checkpoint(path), path)
+    framed = read_framed(
+        path,
+        expected_format=CHECKPOINT_FORMAT,
+        what="Checkpoint",
+        versions={CHECKPOINT_FORMAT: (1, CHECKPOINT_VERSION)},
+    )
+    header, (lo_bytes, _) = _two_sections(framed, path)
     what = f"Checkpoint {path}"
     like = optimizer_from_spec(header.get("optimizer") or {}, what=what)
     return deserialise(lo_bytes, like, what=what)

@@ -13,6 +13,7 @@ _EXPERTS = ("none", "adamw", "muon")
 _HORIZONS = ("log_uniform", "uniform", "curriculum")
 _REDUCTIONS = ("mean", "sum")
 _SUPERVISIONS = ("progressive", "alternating")
+_IMITATION_CREDITS = ("xi", "epsilon")
 
 DEFAULT_TASKS = (
     "mlp-w32-d1_mnist-8x8x1",
@@ -91,6 +92,16 @@ class MetaConfig(eqx.Module):
     - `initial_step_offset`: at initialisation each inner problem starts at a random inner step in
       `[0, offset)` so that particles do not all reset together (reference: 1000).
 
+    *Divergence reset*
+
+    - `divergence_factor`: a side whose raw task loss stays above `divergence_factor` times the
+      task's initial loss (its mean at fresh initialisations) for `divergence_patience`
+      consecutive inner steps has diverged: the particle's unroll ends for both sides, as for a
+      non-finite loss, it is reset, counted in `Metrics.diverged`, and no window in which a
+      problem diverged or went non-finite is pushed to the resume buffer. `0` switches the rule
+      off (reference code: only non-finite problems end early). Must be 0 or > 1.
+    - `divergence_patience`: $k$, the consecutive steps above the bound that count as diverged.
+
     *Failure-aware resume buffer*
 
     - `resume_probability`: $P_B$, the probability that a reset resumes from the buffer
@@ -110,6 +121,16 @@ class MetaConfig(eqx.Module):
 
     - `supervision_start`, `supervision_end`: outer steps $t_s \\le t_e$ of the ramp; the paper's
       $\\alpha_t = t/(T-1)$ is `0, num_outer_steps - 1`.
+    - `supervision_start_fraction`, `supervision_end_fraction`: the same two points as fractions
+      of `num_outer_steps` ($t_s = \\mathrm{round}(f_s T)$), so that a schedule keeps its split of
+      imitation, ramp and learned-optimizer-alone steps when the budget changes. Give both or
+      neither; when given, they replace `supervision_start` and `supervision_end`.
+    - `imitation_credit`: which perturbation the imitation deltas are credited to in the PES
+      estimate: `"xi"` (the paper: one PES estimate of the mixed loss, credited to the
+      accumulated $\\xi + \\varepsilon$) or `"epsilon"` (the imitation deltas credited to this
+      truncation's $\\varepsilon$ alone, the task deltas still to $\\xi + \\varepsilon$; while the
+      expert dominates the trajectory, the imitation losses depend almost only on the current
+      perturbation, and crediting them to $\\xi$ adds variance without signal).
     - `trajectory_floor`, `direction_floor`, `magnitude_floor`: floors of the ramps.
     - `direction_weight`, `magnitude_weight`: $\\lambda_{dir}$, $\\lambda_{mag}$ (0.7, 0.3).
     - `normalize_imitation_deltas`: RMS-normalise the antithetic imitation-loss differences
@@ -154,6 +175,9 @@ class MetaConfig(eqx.Module):
     curriculum_reference_off_by_one: bool = False
     initial_step_offset: int = 1000
 
+    divergence_factor: float = 0.0
+    divergence_patience: int = 1
+
     resume_probability: float = 0.0
     buffer_slots: int = 1
     buffer_stores_xi: bool = True
@@ -162,6 +186,8 @@ class MetaConfig(eqx.Module):
     fresh_init_expert_warm_start: bool = False
     supervision_start: int = 0
     supervision_end: int = 0
+    supervision_start_fraction: float | None = None
+    supervision_end_fraction: float | None = None
     trajectory_floor: float = 0.0
     direction_floor: float = 0.0
     magnitude_floor: float = 0.0
@@ -169,6 +195,7 @@ class MetaConfig(eqx.Module):
     magnitude_weight: float = 0.3
     normalize_imitation_deltas: bool = True
     imitation_delta_scale: float = 0.01
+    imitation_credit: str = "xi"
 
     num_outer_steps: int = 100_000
     meta_learning_rate: float = 1e-4
@@ -205,10 +232,27 @@ class MetaConfig(eqx.Module):
         _check_int("curriculum_increment", self.curriculum_increment, 0)
         _check_int("curriculum_unrolls_per_stage", self.curriculum_unrolls_per_stage, 1)
         _check_int("initial_step_offset", self.initial_step_offset, 1)
+        _check_float("divergence_factor", self.divergence_factor, 0.0, math.inf)
+        if 0.0 < self.divergence_factor <= 1.0:
+            _fail("divergence_factor", self.divergence_factor, "0 (off) or a number > 1")
+        _check_int("divergence_patience", self.divergence_patience, 1)
         _check_float("resume_probability", self.resume_probability, 0.0, 1.0)
         _check_int("buffer_slots", self.buffer_slots, 1)
         _check_int("supervision_start", self.supervision_start, -1)
         _check_int("supervision_end", self.supervision_end, self.supervision_start)
+        fractions = (self.supervision_start_fraction, self.supervision_end_fraction)
+        if (fractions[0] is None) != (fractions[1] is None):
+            _fail(
+                "supervision_end_fraction"
+                if fractions[1] is None
+                else "supervision_start_fraction",
+                None,
+                "given together with the other supervision_*_fraction (both or neither)",
+            )
+        if fractions[0] is not None:
+            _check_float("supervision_start_fraction", fractions[0], 0.0, 1.0)
+            _check_float("supervision_end_fraction", fractions[1], fractions[0], 1.0)
+        _check_choice("imitation_credit", self.imitation_credit, _IMITATION_CREDITS)
         for name in ("trajectory_floor", "direction_floor", "magnitude_floor"):
             _check_float(name, getattr(self, name), 0.0, 1.0)
         _check_float("direction_weight", self.direction_weight, 0.0, 1.0)
@@ -229,6 +273,20 @@ class MetaConfig(eqx.Module):
                     f"divisible by num_devices = {self.num_devices} (particles are sharded "
                     "evenly over devices); change num_particles or num_devices",
                 )
+
+    def supervision_steps(self) -> tuple[int, int]:
+        """The supervision ramp's start and end in outer steps, $(t_s, t_e)$.
+
+        **Returns:**
+
+        `(supervision_start, supervision_end)`, or the fractions of `num_outer_steps` when
+        they are given.
+        """
+        if self.supervision_start_fraction is None or self.supervision_end_fraction is None:
+            return self.supervision_start, self.supervision_end
+        steps = self.num_outer_steps
+        start = round(self.supervision_start_fraction * steps)
+        return start, max(start, round(self.supervision_end_fraction * steps))
 
     def replace(self, **changes: Any) -> "MetaConfig":
         """A copy with some fields changed (validated again).

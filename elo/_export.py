@@ -11,12 +11,13 @@ import safetensors.numpy
 from ._checkpoint import (
     atomic_write,
     CHECKPOINT_FORMAT,
-    CHECKPOINT_VERSION,
     CheckpointError,
     deserialise,
     load_checkpoint_optimizer,
+    OPTIMIZER_FORMAT,
     optimizer_from_spec,
     optimizer_spec,
+    OPTIMIZER_VERSION,
     read_framed,
     serialise,
     write_framed,
@@ -25,7 +26,6 @@ from .optimizers import Celo2, SmallFC
 from .optimizers._base import AbstractLearnedOptimizer
 
 
-OPTIMIZER_FORMAT = "elo-optimizer"
 RUN_CHECKPOINT = "checkpoint.eqx"
 """The checkpoint file of a run directory written by `elo meta-train`."""
 
@@ -57,7 +57,7 @@ def save_optimizer(path: str | os.PathLike, lo: AbstractLearnedOptimizer) -> Non
     """
     if not isinstance(lo, AbstractLearnedOptimizer):
         raise TypeError(f"save_optimizer expects a learned optimizer, got {type(lo).__name__}.")
-    header = {"format": OPTIMIZER_FORMAT, "version": CHECKPOINT_VERSION, **optimizer_spec(lo)}
+    header = {"format": OPTIMIZER_FORMAT, "version": OPTIMIZER_VERSION, **optimizer_spec(lo)}
     write_framed(path, header, [serialise(lo)])
 
 
@@ -88,7 +88,10 @@ def load_optimizer(path: str | os.PathLike) -> AbstractLearnedOptimizer:
             )
         path = checkpoint
     header, sections = read_framed(
-        path, expected_format=(OPTIMIZER_FORMAT, CHECKPOINT_FORMAT), what="File"
+        path,
+        expected_format=(OPTIMIZER_FORMAT, CHECKPOINT_FORMAT),
+        what="File",
+        versions={OPTIMIZER_FORMAT: (OPTIMIZER_VERSION,), CHECKPOINT_FORMAT: (1, 2)},
     )
     if header["format"] == CHECKPOINT_FORMAT:
         return load_checkpoint_optimizer(path)

@@ -6,6 +6,8 @@ differences isolate the effect of the perturbation. Both sides are stepped toget
 divergence on either side resets both, so pairs never fall out of step.
 """
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -62,6 +64,7 @@ class Particle(eqx.Module):
     horizon: Int[Array, "*batch"]
     unrolls_done: Int[Array, "*batch"]
     pending_reset: Bool[Array, "*batch"]
+    steps_over_bound: Int[Array, "*batch 2"]
     xi: PyTree
     buffer: ResumeBuffer | None
 
@@ -78,6 +81,7 @@ class StepRecord(eqx.Module):
     resumed: Bool[Array, "*batch"]
     fresh: Bool[Array, "*batch"]
     nonfinite: Bool[Array, "*batch"]
+    diverged: Bool[Array, "*batch"]
     ended: Bool[Array, "*batch"]
     step: Int[Array, "*batch"]
 
@@ -99,6 +103,9 @@ class InnerProblem(eqx.Module):
     - `imitation`: `"progressive"` or `"alternating"` (see `MetaConfig.supervision`); the latter
       also records the MSE imitation loss.
     - `fresh_init_expert_warm_start`: see [`elo.MetaConfig`][].
+    - `divergence_bound`: the raw task loss above which a side counts towards divergence
+      (`inf`: the divergence rule is off; see `MetaConfig.divergence_factor`).
+    - `divergence_patience`: consecutive steps above the bound that end the unroll.
     """
 
     task: AbstractTask
@@ -113,10 +120,16 @@ class InnerProblem(eqx.Module):
     initial_step_offset: int = eqx.field(static=True)
     imitation: str = eqx.field(static=True, default="progressive")
     fresh_init_expert_warm_start: bool = eqx.field(static=True, default=False)
+    divergence_bound: float = eqx.field(static=True, default=math.inf)
+    divergence_patience: int = eqx.field(static=True, default=1)
 
     @property
     def uses_buffer(self) -> bool:
         return self.resume_probability > 0.0
+
+    @property
+    def resets_diverged(self) -> bool:
+        return math.isfinite(self.divergence_bound)
 
     def _scaled_task(self, scale) -> AbstractTask:
         return self.task if self.augmentation is None else ScaledTask(self.task, scale)
@@ -166,6 +179,7 @@ class InnerProblem(eqx.Module):
             horizon=horizon,
             unrolls_done=zero,
             pending_reset=jnp.zeros((), bool),
+            steps_over_bound=jnp.zeros((2,), jnp.int32),
             xi=xi,
             buffer=buffer,
         )
@@ -226,7 +240,7 @@ class InnerProblem(eqx.Module):
             reset_step, reset_horizon, reset_xi = 0, fresh_horizon, zeros_xi
         resume = resume & do_reset
         p = eqx.tree_at(
-            lambda q: (q.sides, q.scale, q.step, q.horizon, q.difficulty),
+            lambda q: (q.sides, q.scale, q.step, q.horizon, q.difficulty, q.steps_over_bound),
             p,
             (
                 jax.tree.map(lambda a, b: jnp.where(do_reset, a, b), reset_sides, p.sides),
@@ -234,6 +248,7 @@ class InnerProblem(eqx.Module):
                 jnp.where(do_reset, reset_step, p.step).astype(jnp.int32),
                 jnp.where(do_reset, reset_horizon, p.horizon).astype(jnp.int32),
                 difficulty_reset(p.difficulty, jnp.broadcast_to(do_reset, (2,))),
+                jnp.where(do_reset, 0, p.steps_over_bound),
             ),
         )
         restart_xi = jax.tree.map(lambda a, b: jnp.where(do_reset, a, b), reset_xi, restart_xi)
@@ -254,9 +269,21 @@ class InnerProblem(eqx.Module):
         )
         inner_step = p.step + 1
         nonfinite = ~jnp.all(finite)
-        done = self.horizon.is_done(inner_step, p.horizon) | nonfinite
+        steps_over_bound = p.steps_over_bound
+        diverged = jnp.zeros((), bool)
+        if self.resets_diverged:
+            steps_over_bound = jnp.where(raw > self.divergence_bound, steps_over_bound + 1, 0)
+            diverged = jnp.any(steps_over_bound >= self.divergence_patience) & ~nonfinite
+        done = self.horizon.is_done(inner_step, p.horizon) | nonfinite | diverged
         p = eqx.tree_at(
-            lambda q: (q.sides, q.difficulty, q.step, q.unrolls_done, q.pending_reset),
+            lambda q: (
+                q.sides,
+                q.difficulty,
+                q.step,
+                q.unrolls_done,
+                q.pending_reset,
+                q.steps_over_bound,
+            ),
             p,
             (
                 sides,
@@ -264,6 +291,7 @@ class InnerProblem(eqx.Module):
                 inner_step,
                 p.unrolls_done + done.astype(jnp.int32),
                 done,
+                steps_over_bound,
             ),
         )
         record = StepRecord(
@@ -276,6 +304,7 @@ class InnerProblem(eqx.Module):
             resumed=resumed,
             fresh=fresh,
             nonfinite=nonfinite,
+            diverged=diverged,
             ended=done,
             step=inner_step,
         )
@@ -293,10 +322,11 @@ class InnerProblem(eqx.Module):
 
         Every step first applies pending resets (fresh start with probability $1 - P_B$, else a
         resume from the buffer for a freshly sampled further length), then trains both sides of
-        every particle on the same minibatch. An inner problem ends when its horizon is reached
-        or when either side becomes non-finite. Resets are rare, so the reset computation runs
-        only on steps where some particle of the batch needs one (a `lax.cond` on the batch, not
-        a select per particle).
+        every particle on the same minibatch. An inner problem ends when its horizon is reached,
+        when either side becomes non-finite, or (with the divergence rule on) when either side's
+        raw loss has stayed above `divergence_bound` for `divergence_patience` steps. Resets are
+        rare, so the reset computation runs only on steps where some particle of the batch needs
+        one (a `lax.cond` on the batch, not a select per particle).
 
         **Arguments:**
 
@@ -351,7 +381,10 @@ class InnerProblem(eqx.Module):
 
         The snapshot taken at the start of the truncation is pushed when the running maximum of
         the difficulty score (mean of both sides) rose during the truncation, or when an inner
-        problem ended in it. Both sides' running maxima are then aligned to their mean.
+        problem ended in it; with the divergence rule on, never when a problem diverged or went
+        non-finite in it, nor when it started above the divergence bound (a failing run is not a
+        hard state worth resuming). Both sides' running
+        maxima are then aligned to their mean.
 
         **Arguments:**
 
@@ -372,6 +405,9 @@ class InnerProblem(eqx.Module):
         max_after = jnp.mean(after.difficulty.max_score)
         ended = jnp.any(records.ended)
         push = should_push(max_before, max_after, ended)
+        if self.resets_diverged:
+            failed = jnp.any(records.diverged | records.nonfinite)
+            push = push & ~failed & ~jnp.any(before.steps_over_bound > 0)
         buffer = buffer_push(after.buffer, snapshot, push)
         aligned = jnp.broadcast_to(max_after, (2,))
         return eqx.tree_at(lambda p: (p.buffer, p.difficulty.max_score), after, (buffer, aligned))

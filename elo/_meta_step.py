@@ -49,24 +49,40 @@ def _group_step(problem: InnerProblem, theta, particles: Particle, weights, conf
     else:
         imitation, w_imitation = records.direction_loss, weights.direction
         w_task, w_mag = weights.task, weights.magnitude
-    deltas = mix_deltas(
-        antithetic(records.task_loss),
-        antithetic(imitation),
-        antithetic(records.magnitude_loss),
-        mask,
-        w_task=w_task,
-        w_dir=w_imitation,
-        w_mag=w_mag,
-        normalize_imitation=config.normalize_imitation_deltas,
-        imitation_scale=config.imitation_delta_scale,
-        axis_name=PARTICLE_AXIS,
-    )
+
+    def mixed(w_task, w_dir, w_mag):
+        return mix_deltas(
+            antithetic(records.task_loss),
+            antithetic(imitation),
+            antithetic(records.magnitude_loss),
+            mask,
+            w_task=w_task,
+            w_dir=w_dir,
+            w_mag=w_mag,
+            normalize_imitation=config.normalize_imitation_deltas,
+            imitation_scale=config.imitation_delta_scale,
+            axis_name=PARTICLE_AXIS,
+        )
+
     combine = jax.vmap(
         lambda d, m, s, e, x, xr: pes_combine(
             d, m, s, e, x, xr, sigma=config.sigma, reduction=config.loss_reduction
         )
     )
-    grads, new_xi = combine(deltas, mask, records.new_segment, eps, particles.xi, restart_xi)
+    if config.imitation_credit == "xi":
+        deltas = mixed(w_task, w_imitation, w_mag)
+        grads, new_xi = combine(deltas, mask, records.new_segment, eps, particles.xi, restart_xi)
+    else:
+        # Imitation deltas credited to this truncation's epsilon alone (zero accumulators);
+        # pes_combine is linear in the deltas, so the two parts add up to one estimate.
+        grads, new_xi = combine(
+            mixed(w_task, 0.0, 0.0), mask, records.new_segment, eps, particles.xi, restart_xi
+        )
+        zeros = jax.tree.map(jnp.zeros_like, particles.xi)
+        imitation_grads, _ = combine(
+            mixed(0.0, w_imitation, w_mag), mask, records.new_segment, eps, zeros, zeros
+        )
+        grads = jax.tree.map(jnp.add, grads, imitation_grads)
     particles = jax.vmap(problem.finish_truncation)(particles, after, records, snapshot, new_xi)
 
     total = config.num_particles
@@ -85,6 +101,7 @@ def _group_step(problem: InnerProblem, theta, particles: Particle, weights, conf
         max_inner_step=jax.lax.pmax(jnp.max(records.step), PARTICLE_AXIS),
         mean_inner_step=psum_mean(particles.step.astype(jnp.float32)),
         nonfinite=count(records.nonfinite),
+        diverged=count(records.diverged),
         direction_loss=psum_mean(jnp.mean(records.direction_loss, axis=(1, 2))),
         magnitude_loss=psum_mean(jnp.mean(records.magnitude_loss, axis=(1, 2))),
         imitation_mse=psum_mean(jnp.mean(records.imitation_mse, axis=(1, 2))),
@@ -148,7 +165,7 @@ def _compiled_meta_step(state: MetaState, key: PRNGKeyArray):
             values = jnp.stack([s[name] for s in stats])
             if name in ("max_inner_step",):
                 merged[name] = jnp.max(values)
-            elif name in ("resets", "fresh_resets", "buffer_resumes", "nonfinite"):
+            elif name in ("resets", "fresh_resets", "buffer_resumes", "nonfinite", "diverged"):
                 merged[name] = jnp.sum(values).astype(jnp.int32)
             else:
                 merged[name] = jnp.mean(values)
@@ -162,6 +179,9 @@ def _compiled_meta_step(state: MetaState, key: PRNGKeyArray):
         check_vma=False,
     )
     grad, groups, stats = sharded(theta, state.groups, problems_dyn, weights, key)
+    # A non-finite estimate (e.g. an overflowing loss difference) must not poison the weights:
+    # it is counted, then zeroed, as the reference does.
+    nonfinite_grads = sum(jnp.sum(~jnp.isfinite(g)) for g in jax.tree.leaves(grad))
     grad = jax.tree.map(lambda g: jnp.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0), grad)
     meta_opt = build_meta_optimizer(config)
     updates, meta_opt_state = meta_opt.update(grad, state.meta_opt_state, theta)
@@ -176,6 +196,8 @@ def _compiled_meta_step(state: MetaState, key: PRNGKeyArray):
         max_inner_step=stats["max_inner_step"].astype(jnp.int32),
         mean_inner_step=stats["mean_inner_step"],
         nonfinite=stats["nonfinite"],
+        diverged=stats["diverged"],
+        nonfinite_grads=jnp.asarray(nonfinite_grads, jnp.int32),
         alpha=stats["alpha"],
         direction_loss=stats["direction_loss"],
         magnitude_loss=stats["magnitude_loss"],

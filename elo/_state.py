@@ -1,5 +1,7 @@
 """`MetaState` and `init`: what a meta-training run carries between outer steps."""
 
+import dataclasses
+import math
 from collections.abc import Sequence
 
 import equinox as eqx
@@ -23,18 +25,27 @@ from .tasks import AbstractTask, get_task, ParameterScaleAugmentation
 class Metrics(eqx.Module):
     """What happened in the last outer step. All fields are scalar arrays.
 
+    Losses describe the trajectories meta-training runs: with progressive supervision these are
+    *fused* trajectories, $(1-\\alpha_t)$ expert plus $\\alpha_t$ learned optimizer, so while
+    $\\alpha_t < 1$ they say little about the learned optimizer alone. To watch the learned
+    optimizer alone, use [`elo.validate`][] (`elo meta-train --validate-every K`).
+
     **Attributes:**
 
-    - `meta_loss`: $\\tfrac12(\\bar L^+ + \\bar L^-)$ of the normalised task loss, averaged over
-      particles and task groups.
-    - `task_loss`: mean raw training loss of the inner problems.
-    - `grad_norm`: global norm of the meta-gradient before clipping.
+    - `meta_loss`: $\\tfrac12(\\bar L^+ + \\bar L^-)$ of the normalised task loss of the trained
+      (fused) trajectories, averaged over particles and task groups.
+    - `task_loss`: mean raw training loss of the trained (fused) trajectories.
+    - `grad_norm`: global norm of the meta-gradient before clipping (non-finite entries zeroed).
+    - `nonfinite_grads`: meta-gradient entries that were non-finite and were zeroed before the
+      update (0 in a healthy run).
     - `resets`: inner problems restarted (fresh or resumed), counted per particle.
     - `fresh_resets`: restarts from a fresh initialisation.
     - `buffer_resumes`: restarts from the resume buffer.
     - `max_inner_step`: the largest inner step any inner problem reached.
     - `mean_inner_step`: the mean inner step at the end of the truncation.
     - `nonfinite`: inner steps whose loss or parameters were non-finite (those problems reset).
+    - `diverged`: inner problems ended by the divergence rule (finite, but their loss stayed
+      above the bound; see `MetaConfig.divergence_factor`), counted per particle.
     - `alpha`: $\\alpha_t$, the learned optimizer's weight in the fused trajectory (mean over
       particles: with alternating supervision, the share of learned-optimizer unrolls).
     - `direction_loss`, `magnitude_loss`: mean imitation losses (0 without an expert).
@@ -50,6 +61,8 @@ class Metrics(eqx.Module):
     max_inner_step: Int[Array, ""]
     mean_inner_step: Float[Array, ""]
     nonfinite: Int[Array, ""]
+    diverged: Int[Array, ""]
+    nonfinite_grads: Int[Array, ""]
     alpha: Float[Array, ""]
     direction_loss: Float[Array, ""]
     magnitude_loss: Float[Array, ""]
@@ -58,9 +71,12 @@ class Metrics(eqx.Module):
     @classmethod
     def zeros(cls) -> "Metrics":
         """All-zero metrics (before the first outer step)."""
-        f = jnp.zeros((), jnp.float32)
-        i = jnp.zeros((), jnp.int32)
-        return cls(f, f, f, i, i, i, i, f, i, f, f, f, f)
+        return cls(
+            **{
+                f.name: jnp.zeros((), jnp.int32 if f.type.dtype is Int else jnp.float32)
+                for f in dataclasses.fields(cls)
+            }
+        )
 
     def to_dict(self) -> dict[str, float | int]:
         """The metrics as Python numbers (one host transfer)."""
@@ -136,9 +152,10 @@ def build_schedule(config: MetaConfig) -> SupervisionSchedule:
     """The progressive supervision schedule (no supervision without an expert)."""
     if config.expert == "none" or config.supervision == "alternating":
         return SupervisionSchedule.none()
+    start, end = config.supervision_steps()
     return SupervisionSchedule(
-        start=config.supervision_start,
-        end=config.supervision_end,
+        start=start,
+        end=end,
         trajectory_floor=config.trajectory_floor,
         direction_floor=config.direction_floor,
         magnitude_floor=config.magnitude_floor,
@@ -181,6 +198,7 @@ def build_problems(
     _, lo_static = eqx.partition(lo, eqx.is_inexact_array)
     horizon = build_horizon(config)
     expert = build_expert(config, lo)
+    bounds = [_divergence_bound(config, task) for task in tasks]
     augmentation = None
     if config.task_augmentation:
         augmentation = ParameterScaleAugmentation(config.min_param_scale, config.max_param_scale)
@@ -198,9 +216,33 @@ def build_problems(
             initial_step_offset=config.initial_step_offset,
             imitation=config.supervision,
             fresh_init_expert_warm_start=config.fresh_init_expert_warm_start,
+            divergence_bound=bound,
+            divergence_patience=config.divergence_patience,
         )
-        for task in tasks
+        for task, bound in zip(tasks, bounds)
     )
+
+
+def initial_loss(task: AbstractTask, *, num_inits: int = 8) -> float:
+    """The task's mean training loss at fresh initialisations (fixed keys, so reproducible).
+
+    The scale augmentation does not change it: a scaled task computes the same function.
+    """
+    keys = jr.split(jr.key(0), num_inits)
+    losses = jax.jit(jax.vmap(lambda k: task.loss(task.init(k), k)))(keys)
+    return float(jnp.mean(losses))
+
+
+def _divergence_bound(config: MetaConfig, task: AbstractTask) -> float:
+    if config.divergence_factor == 0.0:
+        return math.inf
+    loss = initial_loss(task)
+    if not (math.isfinite(loss) and loss > 0):
+        raise ValueError(
+            f"divergence_factor needs a finite, positive initial loss, but the task "
+            f"{type(task).__name__} has {loss}; set divergence_factor = 0 for this task."
+        )
+    return config.divergence_factor * loss
 
 
 def init(

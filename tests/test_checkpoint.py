@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import elo
-from elo._checkpoint import atomic_write, CheckpointError, load, save
+from elo._checkpoint import atomic_write, CHECKPOINT_VERSION, CheckpointError, load, save
 from elo._export import load_optimizer
 from elo._meta_step import _compiled_meta_step
 
@@ -94,7 +94,7 @@ def test_header_and_optimizer_only_load(run, tmp_path):
     path = tmp_path / "ckpt.eqx"
     save(path, state)
     header = json.loads(path.read_bytes().split(b"\n", 1)[0])
-    assert header["format"] == "elo-checkpoint" and header["version"] == 1
+    assert header["format"] == "elo-checkpoint" and header["version"] == CHECKPOINT_VERSION
     assert header["step"] == 3 and header["config"] == state.config.to_dict()
     assert len(header["sha256"]) == 64
     lo = load_optimizer(path)
@@ -148,6 +148,19 @@ def test_damaged_files_are_refused_with_one_line(run, tmp_path, damage):
     with pytest.raises(CheckpointError, match=expected) as info:
         load(path, like=fresh)
     assert "\n" not in str(info.value)
+
+
+def test_version_1_checkpoint_cannot_resume_but_its_optimizer_loads(run, tmp_path):
+    """Version 1 predates the divergence metrics: its state does not fit, its LO section does."""
+    fresh, state = run
+    path = tmp_path / "ckpt.eqx"
+    save(path, state)
+    header, payload = path.read_bytes().split(b"\n", 1)
+    old = dict(json.loads(header), version=1)
+    path.write_bytes(json.dumps(old).encode() + b"\n" + payload)
+    with pytest.raises(CheckpointError, match="format version 1.*learned optimizer still loads"):
+        load(path, like=fresh)
+    assert bitwise_equal(load_optimizer(path), state.learned_optimizer)
 
 
 def test_structure_mismatch_is_refused(run, tmp_path):
