@@ -58,6 +58,10 @@ from ._schedules import (
     SupervisionWeights as SupervisionWeights,
 )
 from ._state import init as init, MetaState as MetaState, Metrics as Metrics
+from ._validation import (
+    validate as validate,
+    Validation as Validation,
+)
 from .optimizers import (
     AbstractLearnedOptimizer as AbstractLearnedOptimizer,
     as_optax as as_optax,

@@ -25,14 +25,17 @@ from .._checkpoint import (
 )
 from .._config import MetaConfig
 from .._cpu import use_cpu_cores
-from .._export import RUN_CHECKPOINT
+from .._export import RUN_CHECKPOINT, save_optimizer
 from .._meta_step import meta_step
 from .._state import init, MetaState
+from .._validation import validate
+from ..tasks import get_task
 from ._common import CLIError, parse_overrides
 
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
+BEST_OPTIMIZER = "best_optimizer.eqx"
 
 DESCRIPTION = """\
 Meta-train a learned optimizer from a preset, in a run directory that can be resumed.
@@ -44,9 +47,16 @@ max_inner_step, alpha, nonfinite, ...) and checkpoint.eqx (written atomically ev
 checkpoint and reproduces the uninterrupted run exactly; a run killed at any moment loses at
 most --checkpoint-every steps.
 
+The logged meta-loss is that of the trajectories meta-training runs, which ELO fuses with the
+expert's while alpha < 1. --validate-every K also trains the learned optimizer *alone* every K
+outer steps on a meta-training task at parameter scales 0.1, 1 and 10 and scores it on that
+task's validation split (never a test set); the records go to metrics.jsonl (lines with a
+"validation" key) and the best-scoring optimizer so far to best_optimizer.eqx.
+
 examples:
   elo meta-train --preset elo_small_fc_cpu --steps 200 --out runs/elo
   elo meta-train --preset pes_small_fc_cpu --steps 200 --out runs/pes --seed 1
+  elo meta-train --preset elo_small_fc_cpu --validate-every 100 --out runs/elo
   elo meta-train --preset elo_small_fc_cpu --set num_particles=8 \\
       --set tasks=mlp-w32-d1_mnist-8x8x1,mlp-w32-d1_cifar10-8x8x3
 """
@@ -100,6 +110,27 @@ def add_parser(subparsers: Any) -> None:
         "core, the fastest on a CPU; 1: one device using intra-op threads). Accelerators are "
         "unaffected. Not with --distributed, where ELO_LOCAL_DEVICE_COUNT sets it",
     )
+    parser.add_argument(
+        "--validate-every",
+        type=int,
+        default=0,
+        metavar="K",
+        help="every K outer steps (and at step 0), score the learned optimizer alone on a "
+        "meta-validation problem and keep the best in best_optimizer.eqx (0: never)",
+    )
+    parser.add_argument(
+        "--validate-steps",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="training steps of each validation run (2000)",
+    )
+    parser.add_argument(
+        "--validate-task",
+        metavar="NAME",
+        help="the validation task (default: the first meta-training task; its validation split "
+        "is scored)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
     parser.add_argument(
         "--distributed",
@@ -143,7 +174,17 @@ def _clean(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The complete, valid records of a metrics file (a torn last line is skipped)."""
+    """The per-outer-step records of a metrics file (a torn last line is skipped)."""
+    return [r for r in read_records(path) if "validation" not in r]
+
+
+def read_validation(path: Path) -> list[dict[str, Any]]:
+    """The validation records of a metrics file (written by `--validate-every`)."""
+    return [r for r in read_records(path) if isinstance(r.get("validation"), dict)]
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Every complete, valid record of a metrics file (a torn last line is skipped)."""
     records = []
     if not path.is_file():
         return records
@@ -162,7 +203,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 def _truncate_metrics(path: Path, step: int) -> None:
     """Keep the records of steps `<= step` (those the checkpoint contains), atomically."""
-    keep = [r for r in read_metrics(path) if r["step"] <= step]
+    keep = [r for r in read_records(path) if r["step"] <= step]
     lines = [json.dumps(r, allow_nan=False).encode() + b"\n" for r in keep]
     atomic_write(path, lines)
 
@@ -228,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("elo").setLevel(logging.INFO)
         distributed.initialize()
     config = build_config(args.preset, args.steps, args.set)
+    validation = _validation_settings(args, config)
     if args.checkpoint_every < 1:
         raise CLIError(
             f"--checkpoint-every must be a positive integer, got {args.checkpoint_every}."
@@ -263,9 +305,74 @@ def run(args: argparse.Namespace) -> int:
         print(f"{out}: the run is complete ({start} of {total} outer steps).")
         return 0
     timeout = args.step_timeout if args.distributed else None
+    validator = None
+    if validation is not None:
+        validator = _Validator(out, *validation)
+        if start == 0 and not any(r["step"] == 0 for r in read_validation(metrics_path)):
+            validator(state, 0)
     return _loop(
-        state, run_key, start, total, out, args.checkpoint_every, args.no_progress, timeout
+        state,
+        run_key,
+        start,
+        total,
+        out,
+        args.checkpoint_every,
+        args.no_progress,
+        timeout,
+        validator,
     )
+
+
+def _validation_settings(args: argparse.Namespace, config: MetaConfig) -> tuple | None:
+    if args.validate_every < 0:
+        raise CLIError(f"--validate-every must be 0 or positive, got {args.validate_every}.")
+    if args.validate_every == 0:
+        return None
+    if args.validate_steps < 1:
+        raise CLIError(f"--validate-steps must be a positive integer, got {args.validate_steps}.")
+    if args.distributed:
+        raise CLIError(
+            "--validate-every does not combine with --distributed; validate the run's "
+            "checkpoints afterwards with elo.validate."
+        )
+    task = args.validate_task or config.tasks[0]
+    try:
+        get_task(task, batch_size=config.batch_size, data_dir=config.data_dir)
+    except (ValueError, FileNotFoundError) as e:
+        raise CLIError(f"--validate-task: {e}") from None
+    return args.validate_every, args.validate_steps, task, config
+
+
+class _Validator:
+    """Scores the learned optimizer alone every `every` outer steps, logs the result to
+    metrics.jsonl and keeps the best-scoring optimizer in best_optimizer.eqx."""
+
+    def __init__(self, out: Path, every: int, num_steps: int, task: str, config: MetaConfig):
+        self.out, self.every, self.num_steps = out, every, num_steps
+        self.task = get_task(task, batch_size=config.batch_size, data_dir=config.data_dir)
+        scores = [r["validation"]["score"] for r in read_validation(out / METRICS_FILE)]
+        self.best = min(scores) if scores else math.inf
+
+    def due(self, step: int, total: int) -> bool:
+        return step % self.every == 0 or step == total
+
+    def __call__(self, state: MetaState, step: int, metrics_file: Any = None) -> float:
+        started = time.perf_counter()
+        result = validate(state.learned_optimizer, self.task, num_steps=self.num_steps)
+        record = {"step": step, "seconds": time.perf_counter() - started}
+        record["validation"] = result.to_dict()
+        best = result.score < self.best
+        if best:
+            self.best = result.score
+            save_optimizer(self.out / BEST_OPTIMIZER, state.learned_optimizer)
+        record["best"] = best
+        line = json.dumps(record, allow_nan=False) + "\n"
+        if metrics_file is not None:
+            metrics_file.write(line)
+        else:
+            with open(self.out / METRICS_FILE, "a") as f:
+                f.write(line)
+        return result.score
 
 
 def _loop(
@@ -277,6 +384,7 @@ def _loop(
     every: int,
     no_progress: bool,
     step_timeout: float | None = None,
+    validator: "_Validator | None" = None,
 ) -> int:
     from tqdm.auto import tqdm
 
@@ -332,6 +440,8 @@ def _loop(
             # The metrics line is written before the state advances, so an interruption
             # anywhere leaves the file holding at least the checkpoint's steps.
             state, step = new_state, t + 1
+            if validator is not None and validator.due(step, total):
+                validator(state, step, metrics_file)
             bar.update(1)
             bar.set_postfix(meta_loss=f"{metrics['meta_loss']:.4f}", refresh=False)
             if step % every == 0 or step == total:

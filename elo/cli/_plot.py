@@ -9,7 +9,7 @@ import numpy as np
 
 from .._evaluate import Evaluation, EVALUATION_FORMAT
 from ._common import CLIError
-from ._meta_train import METRICS_FILE, read_metrics
+from ._meta_train import METRICS_FILE, read_metrics, read_validation
 
 
 DESCRIPTION = """\
@@ -90,19 +90,34 @@ def _classify(paths: list[str]) -> tuple[list[Path], list[Path]]:
 
 
 def plot_meta_training(runs: list[Path], out: Path, smooth: int = 0) -> Path:
-    """Draw the meta-loss, the largest inner step and $\\alpha$ of runs, to a PNG file."""
+    """Draw the meta-loss, the largest inner step, $\\alpha$ and (when the runs were validated)
+    the learned optimizer's validation score of runs, to a PNG file."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels = [
-        ("meta_loss", "meta-loss (normalised task loss)"),
+        ("meta_loss", "meta-loss of the trained (fused) trajectories"),
         ("max_inner_step", "largest inner step reached"),
         ("alpha", "α (learned optimizer's share)"),
     ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
+    validated = any(read_validation(run / METRICS_FILE) for run in runs)
+    fig, axes = plt.subplots(
+        1, len(panels) + validated, figsize=(5 * (len(panels) + validated), 3.6)
+    )
     for run in runs:
+        if validated:
+            checks = read_validation(run / METRICS_FILE)
+            axes[-1].plot(
+                [r["step"] for r in checks],
+                [r["validation"]["score"] for r in checks],
+                marker="o",
+                markersize=3,
+                label=run.name,
+            )
+            axes[-1].set_title("learned optimizer alone: validation score")
+            axes[-1].set_xlabel("outer step")
         records = read_metrics(run / METRICS_FILE)
         if not records:
             raise CLIError(f"{run / METRICS_FILE} has no records yet.")

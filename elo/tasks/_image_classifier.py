@@ -45,6 +45,11 @@ class AbstractImageClassifier(AbstractTask):
                 f"{owner}.eval_split must be 'validation' or 'test', got {self.eval_split!r}."
             )
 
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """The task's name, e.g. `"mlp-w32-d1_mnist-8x8x1"`."""
+
     @abc.abstractmethod
     def logits(self, params: Params, inputs: Float[Array, "b d"]) -> Float[Array, "b 10"]:
         """Apply the network to preprocessed inputs `(batch, H*W*C)`; returns `(batch, 10)`

@@ -1,0 +1,175 @@
+"""Meta-validation: how well the learned optimizer trains on its own, away from the test tasks.
+
+During progressive supervision the meta-trained trajectories are fused with the expert's, so
+their loss (`Metrics.meta_loss`) says little about the learned optimizer alone. `validate` runs
+the learned optimizer alone on a meta-training task at several parameter scales and scores it on
+that task's *validation* split, which meta-training never trains on and which is not a test set:
+it is the number checkpoint selection is allowed to use.
+"""
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import optax
+from jaxtyping import Array, Float
+
+from ._custom_types import Params
+from .optimizers import as_optax
+from .optimizers._base import AbstractLearnedOptimizer
+from .tasks import AbstractTask, get_task, ScaledTask
+from .tasks._image_classifier import AbstractImageClassifier
+
+
+DEFAULT_VALIDATION_TASK = "mlp-w32-d1_mnist-8x8x1"
+DEFAULT_SCALES = (0.1, 1.0, 10.0)
+
+
+class Validation(eqx.Module):
+    """The result of [`elo.validate`][].
+
+    **Attributes:**
+
+    - `task`: the validation task's name.
+    - `num_steps`: training steps per run.
+    - `scales`: the parameter scales $s$ (the optimizer sees $w/s$; see
+      [`elo.tasks.ScaledTask`][]).
+    - `seeds`: the seeds of the runs (initialisation and minibatches).
+    - `losses`: final validation loss of every run, shape `[scales, seeds]` (may be
+      non-finite for a run that diverged).
+    - `score`: the mean over runs of the loss normalised as in meta-training (clipped to
+      $[0, 1.5 \\ln 10]$ for image tasks), so that one diverged run costs a bounded amount;
+      lower is better.
+    """
+
+    task: str
+    num_steps: int
+    scales: tuple[float, ...]
+    seeds: tuple[int, ...]
+    losses: np.ndarray
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (non-finite losses become `None`)."""
+        return {
+            "task": self.task,
+            "num_steps": self.num_steps,
+            "scales": list(self.scales),
+            "seeds": list(self.seeds),
+            "losses": [
+                [float(x) if math.isfinite(x) else None for x in row] for row in self.losses
+            ],
+            "score": self.score,
+        }
+
+
+def _final_loss(task: AbstractTask, params: Params) -> Float[Array, ""]:
+    if isinstance(task, AbstractImageClassifier):
+        return task.evaluate(params, "validation")[0]
+    # Tasks without whole-split evaluation: the mean held-out minibatch loss over fixed keys.
+    keys = jr.split(jr.key(0), 8)
+    return jnp.mean(jax.vmap(lambda k: task.eval_loss(params, k))(keys))
+
+
+@eqx.filter_jit
+def _run(task: AbstractTask, lo: AbstractLearnedOptimizer, scales, keys, num_steps: int):
+    def one(scale, key):
+        scaled = ScaledTask(task, scale)
+        init_key, data_key = jr.split(key)
+        params = scaled.init(init_key)
+        opt = as_optax(lo, num_steps=num_steps)
+
+        def step(carry, k):
+            params, opt_state = carry
+            grads = jax.grad(scaled.loss)(params, k)
+            updates, opt_state = opt.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), None
+
+        (params, _), _ = jax.lax.scan(
+            step, (params, opt.init(params)), jr.split(data_key, num_steps)
+        )
+        unscaled = jax.tree.map(lambda w: w * scale, params)
+        loss = _final_loss(task, unscaled)
+        return loss, task.normalize_loss(loss)
+
+    per_scale = jax.vmap(lambda s: jax.vmap(lambda k: one(s, k))(keys))
+    return per_scale(scales)
+
+
+def validate(
+    lo: AbstractLearnedOptimizer,
+    task: AbstractTask | str = DEFAULT_VALIDATION_TASK,
+    *,
+    num_steps: int = 2000,
+    scales: Sequence[float] = DEFAULT_SCALES,
+    seeds: int | Sequence[int] = 2,
+    batch_size: int = 64,
+    data_dir: str | os.PathLike | None = None,
+) -> Validation:
+    """Score a learned optimizer *alone* on a meta-validation problem.
+
+    Trains the task from scratch with the learned optimizer alone (no expert, no fusion, told
+    the run length), once per parameter scale and seed, all in one compiled program, and
+    measures the final loss on the task's validation split (for image tasks: the 20% of the
+    training images that inner problems never sample). The runs are deterministic: the same
+    optimizer gets the same score.
+
+    **Arguments:**
+
+    - `lo`: the learned optimizer (e.g. `state.learned_optimizer`).
+    - `task`: a task or its name (default `"mlp-w32-d1_mnist-8x8x1"`, a meta-training task; do
+      not validate on a task you report test results for).
+    - `num_steps`: training steps per run.
+    - `scales`: parameter scales to train at (meta-training augments over them).
+    - `seeds`: a number of seeds `K` (seeds `0..K-1`) or a list of seeds.
+    - `batch_size`, `data_dir`: used when `task` is a name.
+
+    **Returns:**
+
+    A [`elo.Validation`][]; its `score` (lower is better) is what checkpoint selection uses.
+
+    !!! example
+
+        ```python
+        result = elo.validate(state.learned_optimizer, num_steps=1000)
+        print(result.score, result.losses)
+        ```
+    """
+    if not isinstance(lo, AbstractLearnedOptimizer):
+        raise TypeError(f"`lo` must be a learned optimizer, got {type(lo).__name__}.")
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}.")
+    scales = tuple(float(s) for s in scales)
+    if not scales or not all(math.isfinite(s) and s > 0 for s in scales):
+        raise ValueError(f"scales must be a non-empty list of positive numbers, got {scales}.")
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise ValueError(f"seeds must be a positive count or a list of seeds, got {seeds}.")
+        seeds = tuple(range(seeds))
+    else:
+        seeds = tuple(int(s) for s in seeds)
+        if not seeds:
+            raise ValueError("seeds must not be empty.")
+    if isinstance(task, str):
+        name, task = task, get_task(task, batch_size=batch_size, data_dir=data_dir)
+    elif isinstance(task, AbstractTask):
+        name = task.name if isinstance(task, AbstractImageClassifier) else type(task).__name__
+    else:
+        raise TypeError(f"`task` must be a task name or an AbstractTask, got {type(task)}.")
+    keys = jnp.stack([jr.key(s) for s in seeds])
+    losses, normalized = _run(task, lo, jnp.asarray(scales, jnp.float32), keys, num_steps)
+    losses, normalized = jax.device_get((losses, normalized))
+    return Validation(
+        task=name,
+        num_steps=num_steps,
+        scales=scales,
+        seeds=seeds,
+        losses=np.asarray(losses, np.float64),
+        score=float(np.mean(normalized)),
+    )
