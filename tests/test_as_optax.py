@@ -1,5 +1,8 @@
 """A learned optimizer used through plain optax code."""
 
+import inspect
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -82,11 +85,18 @@ def test_trains_an_mlp_with_plain_optax_code(cls):
 
 def test_chains_with_other_transformations():
     params, loss = mlp_problem()
-    opt = optax.chain(optax.clip_by_global_norm(1.0), as_optax(hand_designed(SmallFC), num_steps=5))
-    state = opt.init(params)
-    grads = jax.grad(loss)(params)
-    updates, state = jax.jit(opt.update, compiler_options=FAST)(grads, state, params)
+    lo = hand_designed(SmallFC)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), as_optax(lo, num_steps=5, learning_rate=3.0))
+    grads = jax.tree.map(lambda g: 100.0 * g, jax.grad(loss)(params))
+    assert optax.tree.norm(grads) > 1.0  # so that the clipping takes part
+    updates, _ = opt.update(grads, opt.init(params), params)
+    clipped = jax.tree.map(lambda g: g / optax.tree.norm(grads), grads)
+    alone = as_optax(lo, num_steps=5, learning_rate=3.0)
+    expected, _ = alone.update(clipped, alone.init(params), params)
     assert jax.tree.structure(updates) == jax.tree.structure(params)
+    # Clipping multiplies by 1/norm where the reference divides by it: equal to within an ulp of
+    # the gradients, not bit for bit.
+    assert eqx.tree_equal(updates, expected, rtol=1e-5, atol=1e-8)
 
 
 def test_clear_errors():
@@ -108,3 +118,162 @@ def test_clear_errors():
         opt.init({"w": jnp.ones((3, 4), jnp.int32)})
     with pytest.raises(TypeError):
         opt.update({"w": jnp.ones((3, 4), jnp.int32)}, state, params)
+
+
+@pytest.mark.parametrize("num_steps", [0, -5, True, False])
+def test_num_steps_must_be_a_positive_int(num_steps):
+    with pytest.raises(ValueError, match=f"positive int.*got {num_steps!r}"):
+        as_optax(SmallFC(key=jax.random.key(0)), num_steps=num_steps)
+
+
+@pytest.mark.parametrize("num_steps", [10.5, 10.0, "10", np.array(10)])
+def test_num_steps_of_another_type(num_steps):
+    # The test suite type-checks `elo` at run time, which rejects these first; users without
+    # runtime type checking get the library's own ValueError, which the unwrapped function shows.
+    unchecked = inspect.unwrap(as_optax)
+    with pytest.raises(ValueError, match="num_steps.*positive int"):
+        unchecked(SmallFC(key=jax.random.key(0)), num_steps=num_steps)
+
+
+@pytest.mark.parametrize("learning_rate", [0.0, -1.0, float("nan"), float("inf")])
+def test_learning_rate_must_be_finite_and_positive(learning_rate):
+    with pytest.raises(ValueError, match="learning_rate.*finite float > 0"):
+        as_optax(SmallFC(key=jax.random.key(0)), num_steps=10, learning_rate=learning_rate)
+    with pytest.raises(ValueError, match="learning_rate"):
+        inspect.unwrap(as_optax)(SmallFC(key=jax.random.key(0)), num_steps=10, learning_rate=True)
+
+
+@pytest.mark.parametrize("cls", [SmallFC, Celo2], ids=lambda c: c.__name__)
+def test_learning_rate_scales_the_updates(cls):
+    params, loss = mlp_problem()
+    lo = hand_designed(cls)
+    grads = jax.grad(loss)(params)
+    state = lo.init(params, 10)
+    # A few steps in, so that the schedule and the accumulators are past their first values.
+    for _ in range(3):
+        _, state = lo.update(grads, state, params)
+    reference, reference_state = lo.update(grads, state, params)
+
+    default = as_optax(lo, num_steps=10)
+    updates, new_state = default.update(grads, state, params)
+    assert eqx.tree_equal(updates, reference)  # the default changes nothing, bit for bit
+    assert eqx.tree_equal(new_state, reference_state)
+
+    tripled, tripled_state = as_optax(lo, num_steps=10, learning_rate=3.0).update(
+        grads, state, params
+    )
+    assert eqx.tree_equal(tripled_state, reference_state)
+    for u3, u in zip(jax.tree.leaves(tripled), jax.tree.leaves(reference)):
+        assert np.any(u != 0)
+        # Tolerance: 1 ulp (a float32 product `3 * u` is rounded once either way).
+        np.testing.assert_array_max_ulp(np.asarray(u3), 3.0 * np.asarray(u), maxulp=1)
+
+
+@pytest.mark.parametrize("cls", [SmallFC, Celo2], ids=lambda c: c.__name__)
+def test_none_gradients_are_passed_through(cls):
+    params, loss = mlp_problem()
+    lo = hand_designed(cls)
+    opt = as_optax(lo, num_steps=10)
+    grads = jax.grad(loss)(params)
+    frozen_w = {"hidden": grads["hidden"], "out": {"w": None, "b": grads["out"]["b"]}}
+    state0 = opt.init(params)
+    updates1, state1 = opt.update(frozen_w, state0, params)
+    _, state2 = opt.update(grads, state1, params)
+    updates3, state3 = opt.update(frozen_w, state2, params)
+    assert updates1["out"]["w"] is None and updates3["out"]["w"] is None
+    assert int(state3.iteration) == 3
+    # A frozen parameter's state is left as it was; the others' moves on.
+    assert eqx.tree_equal(state1.mom["out"]["w"], state0.mom["out"]["w"])
+    assert eqx.tree_equal(state3.mom["out"]["w"], state2.mom["out"]["w"])
+    assert not np.array_equal(state3.mom["out"]["b"], state2.mom["out"]["b"])
+    # The other parameters are updated as if the frozen one were not there at all.
+    without = {"hidden": params["hidden"], "out": {"w": None, "b": params["out"]["b"]}}
+    expected, _ = lo.update(frozen_w, lo.init(without, 10), without)
+    assert eqx.tree_equal(updates1, expected, rtol=1e-6, atol=1e-9)
+    # Nothing to train: nothing changes.
+    nothing = jax.tree.map(lambda _: None, params)
+    updates, same_state = opt.update(nothing, state3, params)
+    assert jax.tree.leaves(updates) == [] and same_state is state3
+
+
+def test_masked_and_multi_transform():
+    params, loss = mlp_problem()
+    lo = hand_designed(SmallFC)
+    grads = jax.grad(loss)(params)
+    hidden_only = {"hidden": grads["hidden"], "out": {"w": None, "b": None}}
+    alone = as_optax(lo, num_steps=10)
+    expected, _ = alone.update(hidden_only, alone.init(params), params)
+
+    masked = optax.masked(as_optax(lo, num_steps=10), {"hidden": True, "out": False})
+    updates, state = masked.update(grads, masked.init(params), params)
+    assert eqx.tree_equal(updates["hidden"], expected["hidden"])
+    assert eqx.tree_equal(updates["out"], grads["out"])  # masked out: passed through
+
+    labels = {"hidden": {"w": "lo", "b": "lo"}, "out": {"w": "sgd", "b": "sgd"}}
+    multi = optax.multi_transform({"lo": as_optax(lo, num_steps=10), "sgd": optax.sgd(0.1)}, labels)
+    updates, _ = multi.update(grads, multi.init(params), params)
+    assert eqx.tree_equal(updates["hidden"], expected["hidden"])
+    assert eqx.tree_equal(updates["out"], jax.tree.map(lambda g: -0.1 * g, grads["out"]))
+
+
+def test_equinox_frozen_layer():
+    """equinox's "freezing parameters" pattern: `eqx.partition` by a filter spec and
+    `eqx.filter_value_and_grad`, which gives `None` gradients for the frozen first layer."""
+    x = jax.random.normal(jax.random.key(1), (128, 8))
+    y = jnp.sin(x @ jax.random.normal(jax.random.key(2), (8, 1)))
+    model = eqx.nn.MLP(8, 1, 16, 2, activation=jnp.tanh, key=jax.random.key(3))
+    first = lambda m: (m.layers[0].weight, m.layers[0].bias)
+    filter_spec = jax.tree.map(eqx.is_inexact_array, model)
+    filter_spec = eqx.tree_at(first, filter_spec, replace=(False, False))
+    arrays, static = eqx.partition(model, eqx.is_array)
+    num_steps = 30
+    opt = as_optax(hand_designed(SmallFC), num_steps=num_steps)
+
+    def loss_fn(diff, rest):
+        model = eqx.combine(diff, rest)
+        return jnp.mean((jax.vmap(model)(x) - y) ** 2)
+
+    def train(params_of):
+        def step(carry, _):
+            arrays, opt_state = carry
+            model = eqx.combine(arrays, static)
+            diff, rest = eqx.partition(model, filter_spec)
+            loss, grads = eqx.filter_value_and_grad(loss_fn)(diff, rest)
+            updates, opt_state = opt.update(grads, opt_state, params_of(model))
+            model = eqx.apply_updates(model, updates)
+            return (eqx.filter(model, eqx.is_array), opt_state), loss
+
+        run = jax.jit(lambda c: jax.lax.scan(step, c, length=num_steps), compiler_options=FAST)
+        (arrays_out, opt_state), losses = run((arrays, opt.init(params_of(model))))
+        return eqx.combine(arrays_out, static), opt_state, np.asarray(losses)
+
+    # Optimizer state for every parameter (frozen ones included), or for the trainable ones only.
+    every, every_state, losses = train(lambda m: eqx.filter(m, eqx.is_inexact_array))
+    trainable, trainable_state, _ = train(lambda m: eqx.filter(m, filter_spec))
+
+    assert np.all(np.isfinite(losses)) and losses[-1] < 0.7 * losses[0], losses
+    for trained in (every, trainable):
+        assert eqx.tree_equal(first(trained), first(model))
+        for layer, initial in zip(trained.layers[1:], model.layers[1:]):
+            assert not np.array_equal(layer.weight, initial.weight)
+            assert not np.array_equal(layer.bias, initial.bias)
+    assert eqx.tree_equal(every, trainable, rtol=1e-5, atol=1e-7)
+    assert not np.any(every_state.mom.layers[0].weight)  # never touched
+    assert trainable_state.mom.layers[0].weight is None  # never created
+    assert int(trainable_state.iteration) == num_steps
+
+
+def test_clear_errors_for_missing_parameters():
+    params, loss = mlp_problem()
+    opt = as_optax(SmallFC(key=jax.random.key(0)), num_steps=10)
+    grads = jax.grad(loss)(params)
+    some = {"hidden": params["hidden"], "out": {"w": None, "b": params["out"]["b"]}}
+    with pytest.raises(ValueError, match=r"no state for it.*\['out'\]\['w'\]"):
+        opt.update(grads, opt.init(some), params)
+    with pytest.raises(ValueError, match=r"params\['out'\]\['w'\] is None"):
+        opt.update(grads, opt.init(params), some)
+    with pytest.raises(ValueError, match="does not match the gradients"):
+        opt.update({**grads, "out": None}, opt.init(params), {"hidden": params["hidden"]})
+    # An equinox model holds non-array leaves (its activation functions).
+    with pytest.raises(TypeError, match=r"eqx.filter\(model, eqx.is_inexact_array\)"):
+        inspect.unwrap(opt.init)(eqx.nn.MLP(2, 1, 4, 1, key=jax.random.key(0)))
