@@ -1,25 +1,31 @@
 """The `elo` command: meta-train (resume, crash safety), evaluate, plot, export, errors."""
 
 import contextlib
+import fcntl
 import io
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import jax.random as jr
 import numpy as np
 import pytest
 
+import elo
 import elo.cli
 from elo._checkpoint import read_checkpoint
-from elo._export import load_optimizer
+from elo._export import load_optimizer, save_optimizer
 from elo.cli import main
 from elo.cli._common import CLIError, parse_overrides
+from elo.cli._meta_train import read_metrics, scan_records
 
-from .test_checkpoint import bitwise_equal
+from .test_checkpoint import bitwise_equal, tiny_config
 
 
 # The tiny run of test_checkpoint.py (same config, so the compiled meta_step is shared).
@@ -93,7 +99,10 @@ def test_rerunning_a_complete_run_does_nothing(straight, capsys):
     out, _ = straight
     before = (out / "metrics.jsonl").read_bytes()
     assert main(["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out)]) == 0
-    assert "complete" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "the run is complete (8 of 8 outer steps)" in captured.out
+    assert f"--init-from {out}" in captured.out
+    assert "Resuming" not in captured.err  # nothing is resumed
     assert (out / "metrics.jsonl").read_bytes() == before
 
 
@@ -203,6 +212,209 @@ def test_evaluate_plot_and_export(straight, tmp_path, capsys):
     assert main(["evaluate", str(eqx_out), *common, "--out", str(tmp_path / "e.json")]) == 0
 
 
+def _copy_run(source: Path, dest: Path, names=("config.json", "checkpoint.eqx", "metrics.jsonl")):
+    dest.mkdir()
+    for name in names:
+        shutil.copyfile(source / name, dest / name)
+    return dest
+
+
+def _first_states(monkeypatch, sleep=None):
+    """Record the state each meta_step receives (and optionally slow the step down)."""
+    real_step = elo.cli._meta_train.meta_step
+    seen = []
+
+    def recording_step(state, key):
+        seen.append(state)
+        new_state = real_step(state, key)
+        if sleep is not None:
+            time.sleep(sleep(len(seen)))
+        return new_state
+
+    monkeypatch.setattr(elo.cli._meta_train, "meta_step", recording_step)
+    return seen
+
+
+def test_a_failed_start_leaves_nothing_that_blocks_the_corrected_command(tmp_path, capsys):
+    typo = [a.replace("mnist", "mnsit") for a in TINY]
+    out = tmp_path / "run"
+    args = ["--steps", str(STEPS), "--out", str(out), "--no-progress"]
+    assert main(["meta-train", *typo, *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "mnsit" in err
+    assert not [p.name for p in out.iterdir() if not p.name.startswith(".")]
+    assert main(["meta-train", *TINY, *args]) == 0
+    assert json.loads((out / "config.json").read_text())["config"]["tasks"] == [
+        "mlp-w32-d1_mnist-8x8x1"
+    ]
+
+    # A directory poisoned by an earlier start (an older elo wrote config.json before building
+    # the tasks; or a start that died before its first checkpoint): the new settings take over
+    # and what the earlier start wrote is kept under another name.
+    poisoned = tmp_path / "poisoned"
+    poisoned.mkdir()
+    saved = json.loads((out / "config.json").read_text())
+    saved["config"]["tasks"] = ["mlp-w32-d1_mnsit-8x8x1"]
+    (poisoned / "config.json").write_text(json.dumps(saved))
+    (poisoned / "metrics.jsonl").write_text('{"step": 1, "meta_loss": 1.0}\n')
+    capsys.readouterr()
+    assert main(["meta-train", *TINY, "--steps", str(STEPS), "--out", str(poisoned)]) == 0
+    err = capsys.readouterr().err
+    assert "never reached a checkpoint" in err and "mnsit" in err
+    (kept,) = poisoned.glob("metrics.jsonl.replaced-*")
+    assert kept.read_text() == '{"step": 1, "meta_loss": 1.0}\n'
+    assert (poisoned / "config.json").read_text() == (out / "config.json").read_text()
+    assert [r["step"] for r in _records(poisoned)] == list(range(1, STEPS + 1))
+
+
+def test_a_finished_run_is_not_extended_and_init_from_starts_a_new_one(
+    straight, tmp_path, monkeypatch, capsys
+):
+    out, _ = straight
+    assert main(["meta-train", *TINY, "--steps", str(STEPS + 10), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "num_outer_steps: 8 (run directory) vs 18" in err
+    assert "cannot be extended" in err and "cosine" in err and "supervision" in err
+    assert f"add --init-from {out} and choose another --out" in err
+
+    # The suggested command: a new run whose learned optimizer starts from the finished one's.
+    new = tmp_path / "next"
+    seen = _first_states(monkeypatch)
+    args = ["meta-train", *TINY, "--steps", str(STEPS), "--out", str(new), "--no-progress"]
+    assert main([*args, "--init-from", str(out)]) == 0
+    first = seen[0]
+    assert int(first.step) == 0 and len(seen) == STEPS
+    assert bitwise_equal(first.learned_optimizer, load_optimizer(out))
+    fresh = elo.init(tiny_config(), key=jr.split(jr.key(0))[0])
+    assert bitwise_equal(first.meta_opt_state, fresh.meta_opt_state)  # everything else fresh
+    assert json.loads((new / "config.json").read_text())["init_from"] == str(out.resolve())
+    # Resuming needs the same --init-from, like any other setting.
+    assert main(args) == 2
+    assert "init_from: " in capsys.readouterr().err
+
+    small = tmp_path / "small.eqx"
+    save_optimizer(small, elo.SmallFC(key=jr.key(0), hidden_size=8))
+    other = ["--out", str(tmp_path / "other"), "--init-from", str(small)]
+    assert main(["meta-train", *TINY, "--steps", str(STEPS), *other]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "hidden_size: 8 (--init-from) vs 32 (this run)" in err
+    assert not (tmp_path / "other" / "config.json").exists()
+
+
+def test_a_lost_config_json_is_rebuilt_from_the_checkpoint_header(straight, tmp_path, capsys):
+    out = _copy_run(straight[0], tmp_path / "lost", names=("checkpoint.eqx", "metrics.jsonl"))
+    command = ["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out)]
+    assert main([*command, "--set", "sigma=0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has lost its config.json" in err
+    assert "sigma: " in err and "0.5 (this run)" in err
+    assert main(command) == 0
+    captured = capsys.readouterr()
+    assert "config.json was lost; rebuilt it" in captured.err and "--seed 0" in captured.err
+    assert "complete" in captured.out
+    saved = json.loads((out / "config.json").read_text())
+    assert saved == json.loads((straight[0] / "config.json").read_text())
+
+
+def test_a_second_meta_train_on_the_same_directory_is_refused(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "shared"
+    command = ["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out), "--no-progress"]
+    real_step = elo.cli._meta_train.meta_step
+    second = []
+
+    def step_with_a_second_run_alongside(state, key):
+        if not second:
+            second.append(main(command))
+        return real_step(state, key)
+
+    monkeypatch.setattr(elo.cli._meta_train, "meta_step", step_with_a_second_run_alongside)
+    assert main(command) == 0
+    assert second == [2]
+    err = capsys.readouterr().err
+    (line,) = [line for line in err.splitlines() if line.startswith("elo: error:")]
+    assert f"{out} is in use by another elo meta-train (pid {os.getpid()} on" in line
+    assert [r["step"] for r in _records(out)] == list(range(1, STEPS + 1))
+    # Released at the end, and held against other processes too (flock is per open file).
+    with open(out / ".lock") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert main(command) == 2
+    assert "is in use" in capsys.readouterr().err
+
+
+def test_unreadable_metrics_lines_are_kept_aside_and_reported(straight, tmp_path, capsys):
+    out = _copy_run(straight[0], tmp_path / "damaged")
+    lines = (out / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    validation = b'{"step": 4, "seconds": 1.0, "validation": {"score": 0.5}, "best": true}\n'
+    lines[1] = b"\x00\x00\x00 not json\n"
+    lines.insert(4, validation)
+    damaged = b"".join(lines) + b'{"step": 9, "meta_lo'  # and a torn last line
+    (out / "metrics.jsonl").write_bytes(damaged)
+
+    command = ["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out), "--no-progress"]
+    assert main(command) == 0
+    err = capsys.readouterr().err
+    assert "1 unreadable line (2) left out of the run's metrics" in err
+    (aside,) = out.glob("metrics.jsonl.corrupt-*")
+    assert str(aside) in err and aside.read_bytes() == damaged
+    records = _records(out)
+    assert [r["step"] for r in records] == [1, 3, 4, 4, 5, 6, 7, 8]
+    assert records[3]["validation"] == {"score": 0.5}
+    assert _without_time([r for r in records if "validation" not in r]) == _without_time(
+        [r for r in _records(straight[0]) if r["step"] != 2]
+    )
+    # Readers skip the bad line instead of stopping at it.
+    assert [r["step"] for r in read_metrics(aside)] == [1, 3, 4, 5, 6, 7, 8]
+    assert scan_records(out / "metrics.jsonl")[1:] == ([], False)  # clean for the next resume
+
+
+def test_ctrl_c_during_the_first_step_does_not_claim_a_checkpoint(tmp_path, monkeypatch, capsys):
+    def interrupted_step(state, key):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(elo.cli._meta_train, "meta_step", interrupted_step)
+    out = tmp_path / "compiling"
+    assert main(["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert "Interrupted at outer step 0; no checkpoint was written yet" in err
+    assert "saved" not in err and "start again" in err
+    assert not (out / "checkpoint.eqx").exists()
+
+
+def test_write_errors_name_the_target_not_the_temporary_file(straight, tmp_path, capsys):
+    target = tmp_path / "a-directory"
+    target.mkdir()
+    assert main(["export", str(straight[0]), "--format", "eqx", "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"elo: error: {target}: Is a directory\n"
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_the_progress_bar_leaves_the_compiling_step_out_of_its_estimate(
+    tmp_path, monkeypatch, capsys
+):
+    # A first step of 1.5 s and later ones of 0.2 s: counting the first would put the time left
+    # at 4 s after the second step; without it, 6 steps of 0.2 s are about 1 s.
+    _first_states(monkeypatch, sleep=lambda calls: 1.5 if calls == 1 else 0.2)
+    out = tmp_path / "eta"
+    assert main(["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out)]) == 0
+    progress = capsys.readouterr().err
+    assert "meta-train (compiling)" in progress
+    frames = re.findall(r"(\d+)/8 \[[\d:]+<([\d:]+|\?)", progress)
+    early = [left for n, left in frames if 2 <= int(n) <= 3]
+    assert early and all(left in ("00:00", "00:01") for left in early), frames
+
+
+def test_meta_step_says_it_expects_a_meta_state():
+    # In a fresh interpreter: under pytest the jaxtyping hook would reject the call first.
+    code = "import elo, jax; elo.meta_step(elo.presets.pes_small_fc(), jax.random.key(0))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("TypeError: elo.meta_step expects an elo.MetaState, got MetaConfig")
+    assert "elo.init(config, key=...)" in last
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -221,6 +433,10 @@ def test_evaluate_plot_and_export(straight, tmp_path, capsys):
             "MetaConfig.sigma = -1.0 is invalid",
         ),
         (["meta-train", "--preset", "pes_small_fc", "--steps", "0"], "--steps must be a positive"),
+        (
+            ["meta-train", "--preset", "pes_small_fc", "--init-from", "/no/such/run"],
+            "--init-from /no/such/run does not exist",
+        ),
         (
             ["meta-train", "--preset", "pes_small_fc", "--cpu-devices", "0"],
             "--cpu-devices must be 'auto' or a positive integer, got '0'",

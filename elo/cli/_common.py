@@ -36,6 +36,8 @@ def _describe(tp: Any) -> str:
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         return " or ".join(_describe(a) for a in inner) + " or none"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
     if tp is bool:
         return "true or false"
     if tp is int:
@@ -56,6 +58,10 @@ def _convert(tp: Any, text: str) -> Any:
         (inner,) = [a for a in args if a is not type(None)]
         return _convert(inner, text)
     text = text.strip()
+    if origin is typing.Literal:
+        if text not in typing.get_args(tp):
+            raise ValueError
+        return text
     if tp is bool:
         if text.lower() in _TRUE:
             return True
@@ -83,8 +89,9 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     """Parse `--set field=value` items into [`elo.MetaConfig`][] overrides.
 
     Each value is converted by the field's type: integers, numbers, booleans
-    (`true/false/yes/no/1/0`), strings, `none` for optional fields, and comma-separated lists for
-    `tasks`. Unknown fields and values of the wrong type raise a [`CLIError`][] naming them.
+    (`true/false/yes/no/1/0`), strings (one of the allowed names for a field with a fixed set),
+    `none` for optional fields, and comma-separated lists for `tasks`. Unknown fields and values
+    of the wrong type raise a [`CLIError`][] naming them.
     """
     types_by_name = {f.name: f.type for f in dataclasses.fields(MetaConfig)}
     out: dict[str, Any] = {}

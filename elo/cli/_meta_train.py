@@ -2,30 +2,32 @@
 
 import argparse
 import contextlib
+import fcntl
 import json
 import logging
 import math
 import os
+import shutil
 import signal
+import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.random as jr
 
 from .. import distributed, presets
-from .._checkpoint import (
-    atomic_write,
-    config_differences,
-    load,
-    remove_stale_temporaries,
-    save,
-)
+from .._build import build_meta_optimizer
+from .._checkpoint import config_differences, load, optimizer_spec, read_checkpoint, save
 from .._config import MetaConfig
 from .._cpu import use_cpu_cores
-from .._export import RUN_CHECKPOINT, save_optimizer
+from .._export import load_optimizer, RUN_CHECKPOINT, save_optimizer
+from .._io import atomic_write, CheckpointError, remove_stale_temporaries
+from .._mesh import particle_mesh, place
 from .._meta_step import meta_step
 from .._state import init, MetaState
 from .._validation import validate
@@ -36,6 +38,7 @@ from ._common import CLIError, parse_overrides
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 BEST_OPTIMIZER = "best_optimizer.eqx"
+LOCK_FILE = ".lock"
 
 DESCRIPTION = """\
 Meta-train a learned optimizer from a preset, in a run directory that can be resumed.
@@ -45,7 +48,9 @@ JSON object per outer step: step, seconds, meta_loss, task_loss, resets, buffer_
 max_inner_step, alpha, nonfinite, ...) and checkpoint.eqx (written atomically every
 --checkpoint-every steps and at the end). Running the same command again resumes from the last
 checkpoint and reproduces the uninterrupted run exactly; a run killed at any moment loses at
-most --checkpoint-every steps.
+most --checkpoint-every steps. A directory without a checkpoint holds no run yet: a command with
+other settings starts afresh there. A run cannot be extended (--steps shapes its schedules):
+--init-from RUN starts a new run from RUN's learned optimizer instead.
 
 The logged meta-loss is that of the trajectories meta-training runs, which ELO fuses with the
 expert's while alpha < 1. --validate-every K also trains the learned optimizer *alone* every K
@@ -57,6 +62,7 @@ examples:
   elo meta-train --preset elo_small_fc_cpu --steps 200 --out runs/elo
   elo meta-train --preset pes_small_fc_cpu --steps 200 --out runs/pes --seed 1
   elo meta-train --preset elo_small_fc_cpu --validate-every 100 --out runs/elo
+  elo meta-train --preset elo_small_fc_cpu --steps 400 --init-from runs/elo --out runs/elo-2
   elo meta-train --preset elo_small_fc_cpu --set num_particles=8 \\
       --set tasks=mlp-w32-d1_mnist-8x8x1,mlp-w32-d1_cifar10-8x8x3
 """
@@ -87,6 +93,13 @@ def add_parser(subparsers: Any) -> None:
         help="the run directory (default: runs/PRESET-sSEED); an existing run is resumed",
     )
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="the run's seed (0)")
+    parser.add_argument(
+        "--init-from",
+        metavar="RUN",
+        help="start the learned optimizer from the weights of RUN (a run directory, a checkpoint "
+        "or an exported .eqx optimizer) instead of random ones; everything else starts afresh. "
+        "The way to train on after a run has finished",
+    )
     parser.add_argument(
         "--set",
         action="append",
@@ -174,7 +187,7 @@ def _clean(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The per-outer-step records of a metrics file (a torn last line is skipped)."""
+    """The per-outer-step records of a metrics file (see [`read_records`][])."""
     return [r for r in read_records(path) if "validation" not in r]
 
 
@@ -184,56 +197,216 @@ def read_validation(path: Path) -> list[dict[str, Any]]:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """Every complete, valid record of a metrics file (a torn last line is skipped)."""
-    records = []
+    """Every valid record of a metrics file. Unreadable lines are skipped (`elo meta-train`
+    reports them and keeps a copy when it resumes), and so is a torn last line."""
+    return [record for _, record in scan_records(path)[0]]
+
+
+def scan_records(path: Path) -> tuple[list[tuple[bytes, dict[str, Any]]], list[int], bool]:
+    """Read a metrics file line by line.
+
+    **Arguments:**
+
+    - `path`: a `metrics.jsonl`; a missing file has no records.
+
+    **Returns:**
+
+    `(records, unreadable, torn)`: every valid record with its line as written, the 1-based
+    numbers of the complete lines that are not a JSON object with an integer `step`, and whether
+    the last line is torn (no final newline: the writer was killed mid-line).
+    """
+    records, unreadable, torn = [], [], False
     if not path.is_file():
-        return records
+        return records, unreadable, torn
     with open(path, "rb") as f:
-        for line in f:
+        for number, line in enumerate(f, start=1):
             if not line.endswith(b"\n"):
+                torn = True
                 break
             try:
                 record = json.loads(line)
             except ValueError:
-                break
-            if isinstance(record, dict) and isinstance(record.get("step"), int):
-                records.append(record)
-    return records
+                record = None
+            step = record.get("step") if isinstance(record, dict) else None
+            if isinstance(step, int) and not isinstance(step, bool):
+                records.append((line, record))
+            else:
+                unreadable.append(number)
+    return records, unreadable, torn
 
 
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Keep the records of steps `<= step` (those the checkpoint contains), atomically."""
-    keep = [r for r in read_records(path) if r["step"] <= step]
-    lines = [json.dumps(r, allow_nan=False).encode() + b"\n" for r in keep]
-    atomic_write(path, lines)
+def _repair_metrics(path: Path, step: int) -> None:
+    """Keep the records of steps `<= step` (those the checkpoint contains), atomically.
+
+    A torn last line is dropped without a word: it belongs to a step after the checkpoint, which
+    the resumed run writes again. Unreadable lines cannot be placed in time, so the file as it was
+    is copied aside first and they are reported on stderr.
+    """
+    records, unreadable, torn = scan_records(path)
+    keep = [line for line, record in records if record["step"] <= step]
+    if not unreadable and not torn and len(keep) == len(records):
+        return
+    if unreadable:
+        aside = _aside(path, "corrupt")
+        shutil.copyfile(path, aside)
+        shown = ", ".join(map(str, unreadable[:5])) + (", ..." if len(unreadable) > 5 else "")
+        plural = "s" if len(unreadable) > 1 else ""
+        print(
+            f"elo: warning: {path}: {len(unreadable)} unreadable line{plural} ({shown}) left out "
+            f"of the run's metrics; the file as it was is kept in {aside}.",
+            file=sys.stderr,
+        )
+    atomic_write(path, keep)
 
 
-def _check_run_dir(out: Path, record: dict[str, Any], config: MetaConfig) -> None:
-    if out.exists() and not out.is_dir():
-        raise CLIError(f"--out {out} exists and is not a directory.")
+def _aside(path: Path, tag: str) -> Path:
+    """A free name next to `path` for keeping a copy of it: `NAME.TAG-YYYYmmddTHHMMSS`."""
+    stem = f"{path.name}.{tag}-{time.strftime('%Y%m%dT%H%M%S')}"
+    target, n = path.with_name(stem), 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{stem}-{n}")
+    return target
+
+
+@contextlib.contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    """Hold `out/.lock` while this process uses the run directory: a second `elo meta-train` on
+    it would interleave its metrics and checkpoints with ours."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK_FILE, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise CLIError(
+                f"{out} is in use by another elo meta-train ({holder}); wait for it to end, or "
+                "choose another --out."
+            ) from None
+        except OSError:
+            # Some network filesystems have no locks; running unlocked beats not running.
+            pass
+        else:
+            f.truncate(0)
+            f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+            f.flush()
+        yield
+
+
+def _check_run_dir(out: Path, record: dict[str, Any], config: MetaConfig) -> tuple[str, str]:
+    """How this command may use `out`, as `(kind, detail)`.
+
+    `kind` is `"new"`; `"resume"`; `"recover"` (`config.json` is lost, the checkpoint's header
+    holds the same configuration); or `"replace"` (`config.json` holds other settings but there is
+    no checkpoint, so nothing is resumable: the new settings take over, and `detail` names the
+    old ones). Anything else is a [`CLIError`][] that says what to do.
+    """
     config_path = out / CONFIG_FILE
+    checkpoint = out / RUN_CHECKPOINT
     if not config_path.is_file():
+        if checkpoint.is_file():
+            header, _ = read_checkpoint(checkpoint)
+            saved_config = header.get("config")
+            if not isinstance(saved_config, dict):
+                raise CLIError(
+                    f"{out} has lost its {CONFIG_FILE} and its checkpoint's header holds no "
+                    "configuration; choose another --out."
+                )
+            differences = config_differences(saved_config, config)
+            if differences:
+                raise CLIError(
+                    f"{out} has lost its {CONFIG_FILE}; its checkpoint's header holds the run's "
+                    f"settings, and they differ from this command's: {'; '.join(differences)}. "
+                    "Rerun with the checkpoint's values to resume it (the file is then rebuilt)."
+                )
+            return "recover", ""
         if out.is_dir() and any(p for p in out.iterdir() if not p.name.startswith(".")):
             raise CLIError(
                 f"--out {out} is a non-empty directory without {CONFIG_FILE}; it is not an elo "
                 "run directory. Choose another --out."
             )
-        return
+        return "new", ""
     try:
         saved = json.loads(config_path.read_text())
         saved_config = saved["config"]
         saved_seed = saved["seed"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise CLIError(f"{config_path} is unreadable or corrupt; choose another --out.") from None
+        saved_init = saved.get("init_from")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        if not checkpoint.is_file():
+            return "replace", f"its {CONFIG_FILE} is unreadable"
+        raise CLIError(
+            f"{config_path} is unreadable or corrupt; delete it to rebuild it from the "
+            "checkpoint's header, or choose another --out."
+        ) from None
     differences = config_differences(saved_config, config)
     if saved_seed != record["seed"]:
         differences.insert(0, f"seed: {saved_seed!r} (run directory) vs {record['seed']!r} (now)")
-    if differences:
-        joined = "; ".join(d.replace("(checkpoint)", "(run directory)") for d in differences)
-        raise CLIError(
-            f"{out} holds a run with different settings: {joined}. Use another --out, or the "
-            "run's settings to resume it."
+    if saved_init != record.get("init_from"):
+        differences.append(
+            f"init_from: {saved_init!r} (run directory) vs {record.get('init_from')!r} (now)"
         )
+    if not differences:
+        return "resume", ""
+    joined = "; ".join(d.replace("(checkpoint)", "(run directory)") for d in differences)
+    if not checkpoint.is_file():
+        return "replace", f"other settings: {joined}"
+    if any(d.startswith("num_outer_steps:") for d in differences):
+        raise CLIError(
+            f"{out} holds a run with different settings: {joined}. A run cannot be extended: "
+            "num_outer_steps shapes the meta-learning-rate cosine schedule and the supervision "
+            "schedule, so other --steps make another run. To train on from this run's learned "
+            f"optimizer, start a new one: add --init-from {out} and choose another --out."
+        )
+    raise CLIError(
+        f"{out} holds a run with different settings: {joined}. Use another --out, or the "
+        "run's settings to resume it."
+    )
+
+
+def _init_from_path(source: str | None, out: Path) -> Path | None:
+    """`--init-from` as an absolute path; it must exist unless `out` has a checkpoint to resume
+    (which holds the weights, so the source may since have moved)."""
+    if source is None:
+        return None
+    if not Path(source).exists() and not (out / RUN_CHECKPOINT).is_file():
+        raise CLIError(
+            f"--init-from {source} does not exist; give a run directory, a checkpoint or an "
+            "exported .eqx optimizer."
+        )
+    return Path(source).resolve()
+
+
+def _initialised_from(state: MetaState, source: Path) -> MetaState:
+    """`state` with the learned optimizer's weights of `source` and a fresh meta-optimizer."""
+    try:
+        lo = load_optimizer(source)
+    except CheckpointError as e:
+        raise CLIError(f"--init-from: {e}") from None
+    ours, theirs = optimizer_spec(state.learned_optimizer), optimizer_spec(lo)
+    if ours != theirs:
+        if ours["class"] != theirs["class"]:
+            what = [f"class: {theirs['class']} (--init-from) vs {ours['class']} (this run)"]
+        else:
+            a, b = theirs["hyperparameters"], ours["hyperparameters"]
+            what = [
+                f"{k}: {a.get(k)!r} (--init-from) vs {b.get(k)!r} (this run)"
+                for k in sorted(set(a) | set(b))
+                if a.get(k) != b.get(k)
+            ]
+        raise CLIError(
+            f"--init-from {source} holds another learned optimizer than this run's: "
+            f"{'; '.join(what)}. Initialise from a run with the same learned optimizer."
+        )
+    mesh = particle_mesh(state.config)
+    theta, static = eqx.partition(lo, eqx.is_inexact_array)
+    theta = place(theta, mesh, sharded=False)
+    meta_opt_state = place(build_meta_optimizer(state.config).init(theta), mesh, sharded=False)
+    return eqx.tree_at(
+        lambda s: (s.learned_optimizer, s.meta_opt_state),
+        state,
+        (eqx.combine(theta, static), meta_opt_state),
+    )
 
 
 def configure_cpu_devices(setting: str) -> None:
@@ -275,35 +448,68 @@ def run(args: argparse.Namespace) -> int:
             f"--checkpoint-every must be a positive integer, got {args.checkpoint_every}."
         )
     out = Path(args.out) if args.out else Path("runs") / f"{args.preset}-s{args.seed}"
-    record = {
+    init_from = _init_from_path(args.init_from, out)
+    record: dict[str, Any] = {
         "preset": args.preset,
         "seed": args.seed,
         "config": config.to_dict(),
     }
-    _check_run_dir(out, record, config)
+    if init_from is not None:
+        record["init_from"] = str(init_from)
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"--out {out} exists and is not a directory.")
+    writer = jax.process_index() == 0
+    with _locked(out) if writer else contextlib.nullcontext():
+        return _run(args, out, record, config, validation, init_from)
+
+
+def _run(
+    args: argparse.Namespace,
+    out: Path,
+    record: dict[str, Any],
+    config: MetaConfig,
+    validation: tuple | None,
+    init_from: Path | None,
+) -> int:
+    kind, earlier = _check_run_dir(out, record, config)
     writer = jax.process_index() == 0
     checkpoint = out / RUN_CHECKPOINT
     metrics_path = out / METRICS_FILE
     if writer:
-        out.mkdir(parents=True, exist_ok=True)
-        for path in (checkpoint, metrics_path, out / CONFIG_FILE):
+        for path in (checkpoint, metrics_path, out / CONFIG_FILE, out / BEST_OPTIMIZER):
             remove_stale_temporaries(path)
-        if not (out / CONFIG_FILE).is_file():
-            atomic_write(out / CONFIG_FILE, [json.dumps(record, indent=2).encode() + b"\n"])
 
     key = jr.key(args.seed)
     init_key, run_key = jr.split(key)
     state = init(config, key=init_key)
     if checkpoint.is_file():
         state = load(checkpoint, like=state)
-        print(f"Resuming {out} from outer step {int(state.step)}.", file=sys.stderr)
+    elif init_from is not None:
+        state = _initialised_from(state, init_from)
     start = int(state.step)
     total = config.num_outer_steps
+    # config.json is written only now, once the run could start: a command that failed before
+    # leaves nothing that would refuse the corrected one.
     if writer:
-        _truncate_metrics(metrics_path, start)
+        if kind == "replace":
+            _replace_earlier_start(out, earlier)
+        if kind != "resume":
+            atomic_write(out / CONFIG_FILE, [json.dumps(record, indent=2).encode() + b"\n"])
+        if kind == "recover":
+            print(
+                f"{out}: {CONFIG_FILE} was lost; rebuilt it from {checkpoint}'s header, which "
+                f"does not record the seed (--seed {args.seed} is assumed).",
+                file=sys.stderr,
+            )
+        _repair_metrics(metrics_path, start)
     if start >= total:
-        print(f"{out}: the run is complete ({start} of {total} outer steps).")
+        print(
+            f"{out}: the run is complete ({start} of {total} outer steps). To train on from its "
+            f"learned optimizer, start a new run with --init-from {out}."
+        )
         return 0
+    if start > 0:
+        print(f"Resuming {out} from outer step {start} of {total}.", file=sys.stderr)
     timeout = args.step_timeout if args.distributed else None
     validator = None
     if validation is not None:
@@ -320,6 +526,23 @@ def run(args: argparse.Namespace) -> int:
         args.no_progress,
         timeout,
         validator,
+    )
+
+
+def _replace_earlier_start(out: Path, earlier: str) -> None:
+    """Make way for a fresh start over an earlier one that never reached a checkpoint, keeping
+    what it wrote under other names."""
+    kept = []
+    for path in (out / METRICS_FILE, out / BEST_OPTIMIZER):
+        if path.exists():
+            aside = _aside(path, "replaced")
+            os.replace(path, aside)
+            kept.append(f"its {path.name} is kept as {aside.name}")
+    note = "; ".join(kept) if kept else "it wrote no metrics"
+    print(
+        f"{out}: an earlier start ({earlier}) never reached a checkpoint; starting afresh with "
+        f"this command's settings ({note}).",
+        file=sys.stderr,
     )
 
 
@@ -391,15 +614,22 @@ def _loop(
     writer = jax.process_index() == 0
     checkpoint = out / RUN_CHECKPOINT
     metrics_file = open(out / METRICS_FILE, "a") if writer else None
-    bar = tqdm(
-        total=total,
-        initial=start,
-        desc="meta-train",
-        unit="step",
-        disable=no_progress or not writer,
-        dynamic_ncols=True,
-        file=sys.stderr,
-    )
+
+    def progress(initial: int, desc: str, *, leave: bool) -> Any:
+        return tqdm(
+            total=total,
+            initial=initial,
+            desc=desc,
+            unit="step",
+            leave=leave,
+            disable=no_progress or not writer,
+            dynamic_ncols=True,
+            file=sys.stderr,
+        )
+
+    # The first step compiles (seconds to minutes): a rate that counted it would promise hours
+    # for a run of minutes, so the bar that estimates the time left starts after it.
+    bar = progress(start, "meta-train (compiling)", leave=False)
 
     def save_now(step: int) -> None:
         if metrics_file is not None:
@@ -425,8 +655,6 @@ def _loop(
     )
     step = start
     saved_at = start
-    step = start
-    saved_at = start
     dog = watchdog.__enter__()
     try:
         for t in range(start, total):
@@ -442,7 +670,11 @@ def _loop(
             state, step = new_state, t + 1
             if validator is not None and validator.due(step, total):
                 validator(state, step, metrics_file)
-            bar.update(1)
+            if t == start:
+                bar.close()
+                bar = progress(step, "meta-train", leave=True)
+            else:
+                bar.update(1)
             bar.set_postfix(meta_loss=f"{metrics['meta_loss']:.4f}", refresh=False)
             if step % every == 0 or step == total:
                 save_now(step)
@@ -451,9 +683,14 @@ def _loop(
         bar.close()
         if saved_at != step:
             save_now(step)
+            done = f"checkpoint saved at outer step {step}"
+        elif step > 0:
+            done = f"the checkpoint of outer step {step} is up to date"
+        else:
+            done = "no checkpoint was written yet"
+        again = "resume" if step > 0 else "start again"
         print(
-            f"Interrupted at outer step {step}; checkpoint saved. Rerun the same command to "
-            "resume.",
+            f"Interrupted at outer step {step}; {done}. Rerun the same command to {again}.",
             file=sys.stderr,
         )
         return 130
