@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from elo.optimizers import _network, Celo2, newton_schulz, SmallFC
+from elo import Celo2, SmallFC
+from elo.optimizers import _network, newton_schulz
 from elo.optimizers._accumulators import accumulate
 
 

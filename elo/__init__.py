@@ -4,6 +4,7 @@ import importlib.metadata
 
 from . import (
     distributed as distributed,
+    internal as internal,
     optimizers as optimizers,
     presets as presets,
     tasks as tasks,
@@ -15,7 +16,7 @@ from ._buffer import (
     ResumeBuffer as ResumeBuffer,
     should_push as should_push,
 )
-from ._checkpoint import CheckpointError as CheckpointError, load as load, save as save
+from ._checkpoint import load as load, save as save
 from ._config import MetaConfig as MetaConfig
 from ._cpu import available_cores as available_cores, use_cpu_cores as use_cpu_cores
 from ._difficulty import (
@@ -45,12 +46,11 @@ from ._horizon import (
     LogUniformHorizon as LogUniformHorizon,
     UniformHorizon as UniformHorizon,
 )
+from ._io import CheckpointError as CheckpointError
 from ._meta_step import meta_step as meta_step
 from ._pes import (
     pes_combine as pes_combine,
-    pes_grad as pes_grad,
     sample_perturbation as sample_perturbation,
-    Unrolled as Unrolled,
 )
 from ._schedules import (
     ramp as ramp,
@@ -62,12 +62,10 @@ from ._validation import (
     validate as validate,
     Validation as Validation,
 )
-from .optimizers import (
-    AbstractLearnedOptimizer as AbstractLearnedOptimizer,
-    as_optax as as_optax,
-    Celo2 as Celo2,
-    SmallFC as SmallFC,
-)
+from .optimizers._base import AbstractLearnedOptimizer as AbstractLearnedOptimizer
+from .optimizers._celo2 import Celo2 as Celo2
+from .optimizers._optax import as_optax as as_optax
+from .optimizers._small_fc import SmallFC as SmallFC
 
 
 __version__ = importlib.metadata.version("elo")

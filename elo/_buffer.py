@@ -5,11 +5,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int, Real, Shaped
 
+from ._checks import is_int_at_least
 from ._custom_types import PRNGKeyArray, PyTree
 
 
 def _check_num_slots(num_slots) -> None:
-    if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
+    if not is_int_at_least(num_slots, 1):
         raise ValueError(
             f"`ResumeBuffer.num_slots` must be an integer >= 1; got num_slots={num_slots!r}."
         )
@@ -245,7 +246,7 @@ def record_window(
 
     The window index $w$ (`int32`).
     """
-    if isinstance(window_length, bool) or not isinstance(window_length, int) or window_length < 1:
+    if not is_int_at_least(window_length, 1):
         raise ValueError(
             f"`record_window`: `window_length` must be an integer >= 1; got {window_length!r}."
         )

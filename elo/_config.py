@@ -2,18 +2,19 @@
 
 import dataclasses
 import math
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args, Literal
 
 import equinox as eqx
 
+from ._checks import is_finite_number, is_int_at_least
 
-_OPTIMIZERS = ("small_fc", "celo2")
-_EXPERTS = ("none", "adamw", "muon")
-_HORIZONS = ("log_uniform", "uniform", "curriculum")
-_REDUCTIONS = ("mean", "sum")
-_SUPERVISIONS = ("progressive", "alternating")
-_IMITATION_CREDITS = ("xi", "epsilon")
+
+OptimizerName = Literal["small_fc", "celo2"]
+ExpertName = Literal["none", "adamw", "muon"]
+HorizonName = Literal["log_uniform", "uniform", "curriculum"]
+LossReduction = Literal["mean", "sum"]
+SupervisionName = Literal["progressive", "alternating"]
+ImitationCredit = Literal["xi", "epsilon"]
 
 DEFAULT_TASKS = (
     "mlp-w32-d1_mnist-8x8x1",
@@ -22,17 +23,23 @@ DEFAULT_TASKS = (
 )
 
 
+def _tasks_tuple(value: Any) -> Any:
+    """Lists of task names become tuples; anything else (a lone string included) is left for
+    `__check_init__` to judge."""
+    return tuple(value) if isinstance(value, list) else value
+
+
 def _fail(field: str, value: Any, allowed: str) -> None:
     raise ValueError(f"MetaConfig.{field} = {value!r} is invalid: it must be {allowed}.")
 
 
 def _check_int(field: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if not is_int_at_least(value, low):
         _fail(field, value, f"an integer >= {low}")
 
 
 def _check_float(field: str, value: Any, low: float, high: float, *, open_low=False) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = is_finite_number(value)
     if ok:
         ok = (value > low if open_low else value >= low) and value <= high
     if not ok:
@@ -40,7 +47,8 @@ def _check_float(field: str, value: Any, low: float, high: float, *, open_low=Fa
         _fail(field, value, f"a finite number in {bracket}{low}, {high}]")
 
 
-def _check_choice(field: str, value: Any, choices: tuple[str, ...]) -> None:
+def _check_choice(field: str, value: Any, choices: Any) -> None:
+    choices = get_args(choices)
     if value not in choices:
         _fail(field, value, "one of " + ", ".join(repr(c) for c in choices))
 
@@ -149,15 +157,15 @@ class MetaConfig(eqx.Module):
       available devices that divides `num_particles`; see [`elo.use_cpu_cores`][] for CPUs).
     """
 
-    tasks: Sequence[str] = DEFAULT_TASKS
+    tasks: tuple[str, ...] = eqx.field(default=DEFAULT_TASKS, converter=_tasks_tuple)
     batch_size: int = 64
     task_augmentation: bool = True
     min_param_scale: float = 1e-3
     max_param_scale: float = 1e3
     data_dir: str | None = None
 
-    optimizer: str = "small_fc"
-    expert: str = "none"
+    optimizer: OptimizerName = "small_fc"
+    expert: ExpertName = "none"
     expert_lr_max: float = 1e-2
     expert_lr_min: float = 1e-4
     expert_lr_decay_steps: int = 10_000
@@ -165,9 +173,9 @@ class MetaConfig(eqx.Module):
     num_particles: int = 8
     truncation_length: int = 50
     sigma: float = 0.01
-    loss_reduction: str = "mean"
+    loss_reduction: LossReduction = "mean"
 
-    horizon: str = "log_uniform"
+    horizon: HorizonName = "log_uniform"
     min_horizon: int = 100
     max_horizon: int = 2000
     curriculum_increment: int = 200
@@ -182,7 +190,7 @@ class MetaConfig(eqx.Module):
     buffer_slots: int = 1
     buffer_stores_xi: bool = True
 
-    supervision: str = "progressive"
+    supervision: SupervisionName = "progressive"
     fresh_init_expert_warm_start: bool = False
     supervision_start: int = 0
     supervision_end: int = 0
@@ -195,7 +203,7 @@ class MetaConfig(eqx.Module):
     magnitude_weight: float = 0.3
     normalize_imitation_deltas: bool = True
     imitation_delta_scale: float = 0.01
-    imitation_credit: str = "xi"
+    imitation_credit: ImitationCredit = "xi"
 
     num_outer_steps: int = 100_000
     meta_learning_rate: float = 1e-4
@@ -214,19 +222,19 @@ class MetaConfig(eqx.Module):
         _check_int("batch_size", self.batch_size, 1)
         _check_float("min_param_scale", self.min_param_scale, 0.0, math.inf, open_low=True)
         _check_float("max_param_scale", self.max_param_scale, self.min_param_scale, math.inf)
-        _check_choice("optimizer", self.optimizer, _OPTIMIZERS)
-        _check_choice("expert", self.expert, _EXPERTS)
+        _check_choice("optimizer", self.optimizer, OptimizerName)
+        _check_choice("expert", self.expert, ExpertName)
         _check_float("expert_lr_max", self.expert_lr_max, 0.0, math.inf)
         _check_float("expert_lr_min", self.expert_lr_min, 0.0, self.expert_lr_max)
         _check_int("expert_lr_decay_steps", self.expert_lr_decay_steps, 2)
-        _check_choice("supervision", self.supervision, _SUPERVISIONS)
+        _check_choice("supervision", self.supervision, SupervisionName)
         if self.supervision == "alternating" and self.expert == "none":
             _fail("supervision", self.supervision, "'progressive' when expert = 'none'")
         _check_int("num_particles", self.num_particles, 1)
         _check_int("truncation_length", self.truncation_length, 1)
         _check_float("sigma", self.sigma, 0.0, math.inf, open_low=True)
-        _check_choice("loss_reduction", self.loss_reduction, _REDUCTIONS)
-        _check_choice("horizon", self.horizon, _HORIZONS)
+        _check_choice("loss_reduction", self.loss_reduction, LossReduction)
+        _check_choice("horizon", self.horizon, HorizonName)
         _check_int("min_horizon", self.min_horizon, 1)
         _check_int("max_horizon", self.max_horizon, self.min_horizon + 1)
         _check_int("curriculum_increment", self.curriculum_increment, 0)
@@ -252,7 +260,7 @@ class MetaConfig(eqx.Module):
         if fractions[0] is not None:
             _check_float("supervision_start_fraction", fractions[0], 0.0, 1.0)
             _check_float("supervision_end_fraction", fractions[1], fractions[0], 1.0)
-        _check_choice("imitation_credit", self.imitation_credit, _IMITATION_CREDITS)
+        _check_choice("imitation_credit", self.imitation_credit, ImitationCredit)
         for name in ("trajectory_floor", "direction_floor", "magnitude_floor"):
             _check_float(name, getattr(self, name), 0.0, 1.0)
         _check_float("direction_weight", self.direction_weight, 0.0, 1.0)
@@ -304,8 +312,6 @@ class MetaConfig(eqx.Module):
             raise ValueError(
                 f"Unknown MetaConfig field(s) {unknown}; known fields: {', '.join(field_names())}."
             )
-        if "tasks" in changes and isinstance(changes["tasks"], list):
-            changes["tasks"] = tuple(changes["tasks"])
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -333,9 +339,6 @@ class MetaConfig(eqx.Module):
             raise ValueError(
                 f"Unknown MetaConfig field(s) {unknown}; known fields: {', '.join(field_names())}."
             )
-        data = dict(data)
-        if "tasks" in data:
-            data["tasks"] = tuple(data["tasks"])
         return cls(**data)
 
 

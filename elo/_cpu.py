@@ -6,6 +6,8 @@ from pathlib import Path
 
 import jax
 
+from ._checks import is_int_at_least
+
 
 _FORCE_FLAG = "--xla_force_host_platform_device_count"
 _CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
@@ -88,7 +90,7 @@ def use_cpu_cores(count: int | None = None) -> int:
       already started with a different number of CPU devices (call `use_cpu_cores` first thing
       after `import elo`).
     """
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+    if count is not None and not is_int_at_least(count, 1):
         raise ValueError(f"use_cpu_cores: count must be a positive integer, got {count!r}.")
     forced = _forced_count()
     if forced is not None:
@@ -98,7 +100,8 @@ def use_cpu_cores(count: int | None = None) -> int:
                 f"number of CPU devices; remove it from XLA_FLAGS or ask for {forced} devices."
             )
         return forced
-    configured = jax.config.jax_num_cpu_devices
+    # jax's Config declares its flags dynamically, so type checkers do not see them.
+    configured = jax.config.jax_num_cpu_devices  # pyright: ignore[reportAttributeAccessIssue]
     if count is None and configured >= 0:
         return configured
     wanted = available_cores() if count is None else count

@@ -13,10 +13,12 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int
 
+from ._checks import is_int_at_least
 from ._custom_types import Params, Scalar
-from .optimizers import as_optax
 from .optimizers._base import AbstractLearnedOptimizer
+from .optimizers._optax import as_optax
 from .tasks import AbstractTask, get_task
+from .tasks._image_classifier import AbstractImageClassifier
 
 
 EVALUATION_FORMAT = "elo-evaluation"
@@ -243,9 +245,9 @@ def _given(opt: optax.GradientTransformation) -> optax.GradientTransformation:
 
 
 def _measure(task: AbstractTask, params: Params) -> Float[Array, " 4"]:
-    if hasattr(task, "evaluate"):
-        train = task.evaluate(params, "train")  # pyright: ignore[reportAttributeAccessIssue]
-        test = task.evaluate(params, "test")  # pyright: ignore[reportAttributeAccessIssue]
+    if isinstance(task, AbstractImageClassifier):
+        train = task.evaluate(params, "train")
+        test = task.evaluate(params, "test")
         return jnp.stack([train[0], train[1], test[0], test[1]]).astype(jnp.float32)
     # Tasks without whole-split evaluation: fixed-key minibatch losses, no accuracy.
     key = jr.key(0)
@@ -300,14 +302,16 @@ def _eval_points(num_steps: int, eval_every: int) -> np.ndarray:
 
 
 def _check_run_args(num_steps: Any, eval_every: Any, seeds: Any) -> tuple[int, tuple[int, ...]]:
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+    if not is_int_at_least(num_steps, 1):
         raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}.")
     if eval_every is None:
         eval_every = max(1, num_steps // 20)
-    if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 1:
+    if not is_int_at_least(eval_every, 1):
         raise ValueError(f"eval_every must be a positive integer, got {eval_every!r}.")
     eval_every = min(eval_every, num_steps)
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
+    if isinstance(seeds, bool):
+        raise ValueError(f"seeds must be a positive count or a list of seeds, got {seeds}.")
+    if isinstance(seeds, int):
         if seeds < 1:
             raise ValueError(f"seeds must be a positive count or a list of seeds, got {seeds}.")
         seeds = tuple(range(seeds))
@@ -329,7 +333,7 @@ def _resolve_task(task: AbstractTask | str, batch_size: int, data_dir: Any) -> A
 
 
 def _task_name(task: AbstractTask) -> str:
-    return str(getattr(task, "name", type(task).__name__))
+    return task.name if isinstance(task, AbstractImageClassifier) else type(task).__name__
 
 
 def _seed_keys(seeds: tuple[int, ...]) -> Any:

@@ -8,23 +8,22 @@ from typing import Any
 import numpy as np
 import safetensors.numpy
 
-from ._checkpoint import (
+from ._checkpoint import load_checkpoint_optimizer, optimizer_from_spec, optimizer_spec
+from ._io import (
     atomic_write,
     CHECKPOINT_FORMAT,
     CheckpointError,
     deserialise,
-    load_checkpoint_optimizer,
     OPTIMIZER_FORMAT,
-    optimizer_from_spec,
-    optimizer_spec,
     OPTIMIZER_VERSION,
     read_framed,
     serialise,
     write_framed,
 )
-from .optimizers import Celo2, SmallFC
 from .optimizers._base import AbstractLearnedOptimizer
+from .optimizers._celo2 import Celo2
 from .optimizers._newton_schulz import NS_COEFFS
+from .optimizers._small_fc import SmallFC
 
 
 RUN_CHECKPOINT = "checkpoint.eqx"

@@ -9,19 +9,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int
 
+from ._checks import concrete
 from ._custom_types import PRNGKeyArray
-
-
-def _concrete(value) -> float | None:
-    """The value as a Python float, or `None` if it is traced (and so cannot be validated)."""
-    if isinstance(value, jax.core.Tracer):
-        return None
-    return float(value)
 
 
 def _check_int(cls: str, name: str, value, *, at_least: int, what: str | None = None) -> None:
     """Raise a `ValueError` unless `value` is an integer `>= at_least` (skipped when traced)."""
-    v = _concrete(value)
+    v = concrete(value)
     if v is None:
         return
     allowed = what if what is not None else f"an integer >= {at_least}"
@@ -59,12 +53,12 @@ class AbstractHorizon(eqx.Module):
 
     min_steps: eqx.AbstractVar[Int[ArrayLike, ""]]
     max_steps: eqx.AbstractVar[Int[ArrayLike, ""]]
-    max_steps_inclusive: ClassVar[bool] = False
+    max_steps_inclusive: eqx.AbstractClassVar[bool]
 
     def __check_init__(self):
         cls = type(self).__name__
         _check_int(cls, "min_steps", self.min_steps, at_least=1)
-        lo = _concrete(self.min_steps)
+        lo = concrete(self.min_steps)
         if lo is None:
             return
         relation = ">=" if self.max_steps_inclusive else ">"
@@ -128,6 +122,8 @@ class LogUniformHorizon(AbstractHorizon):
     - `max_steps`: $N_{\max}$, an integer $> N_{\min}$ (exclusive).
     """
 
+    max_steps_inclusive: ClassVar[bool] = False
+
     min_steps: Int[ArrayLike, ""] = 100
     max_steps: Int[ArrayLike, ""] = 2000
 
@@ -164,6 +160,8 @@ class UniformHorizon(AbstractHorizon):
     - `min_steps`: $N_{\min}$, an integer $\geq 1$.
     - `max_steps`: $N_{\max}$, an integer $> N_{\min}$ (exclusive).
     """
+
+    max_steps_inclusive: ClassVar[bool] = False
 
     min_steps: Int[ArrayLike, ""] = 100
     max_steps: Int[ArrayLike, ""] = 2000

@@ -3,7 +3,7 @@
 A particle owns two inner trajectories, the $+\\varepsilon$ and the $-\\varepsilon$ side. They
 share everything random (data batches, resets, resume choices, horizons), so their per-step loss
 differences isolate the effect of the perturbation. Both sides are stepped together; a
-divergence on either side resets both, so pairs never fall out of step.
+failure on either side resets both, so pairs never fall out of step.
 """
 
 import math
@@ -20,6 +20,8 @@ from ._custom_types import PRNGKeyArray, PyTree
 from ._difficulty import difficulty_init, difficulty_reset, difficulty_update, DifficultyState
 from ._fusion import fused_step, imitation_losses
 from ._horizon import AbstractHorizon
+from ._records import StepRecord
+from ._supervision import AbstractSupervision
 from .optimizers._base import AbstractLearnedOptimizer
 from .tasks import AbstractTask, ParameterScaleAugmentation, ScaledTask
 
@@ -32,6 +34,10 @@ def _tensor_mean_squared_error(expert_delta: PyTree, lo_delta: PyTree) -> Float[
         for e, o in zip(jax.tree.leaves(expert_delta), jax.tree.leaves(lo_delta))
     ]
     return jnp.mean(jnp.stack(errors))
+
+
+def _where(condition: Bool[Array, ""], if_true: PyTree, if_false: PyTree) -> PyTree:
+    return jax.tree.map(lambda a, b: jnp.where(condition, a, b), if_true, if_false)
 
 
 class Side(eqx.Module):
@@ -54,7 +60,7 @@ class Snapshot(eqx.Module):
 class Particle(eqx.Module):
     """A particle: two antithetic inner trajectories plus their shared bookkeeping.
 
-    `sides` and `difficulty` have a leading axis of size 2 ($+$, $-$).
+    `sides`, `difficulty` and `steps_over_bound` have a leading axis of size 2 ($+$, $-$).
     """
 
     sides: Side
@@ -69,21 +75,71 @@ class Particle(eqx.Module):
     buffer: ResumeBuffer | None
 
 
-class StepRecord(eqx.Module):
-    """Per-step outputs of both sides (leading axis 2 where it applies)."""
+class SideStep(eqx.Module):
+    """One inner step of one side: its new state and what the step measured."""
 
-    task_loss: Float[Array, "*batch 2"]
-    raw_loss: Float[Array, "*batch 2"]
-    direction_loss: Float[Array, "*batch 2"]
-    magnitude_loss: Float[Array, "*batch 2"]
-    imitation_mse: Float[Array, "*batch 2"]
+    side: Side
+    task_loss: Float[Array, ""]
+    meta_loss: Float[Array, ""]
+    direction_loss: Float[Array, ""]
+    magnitude_loss: Float[Array, ""]
+    imitation_mse: Float[Array, ""]
+    finite: Bool[Array, ""]
+
+
+class Restart(eqx.Module):
+    """Where a particle restarts if its reset is due: fresh, or resumed from the buffer."""
+
+    sides: Side
+    scale: Float[Array, ""]
+    step: Int[Array, ""]
+    horizon: Int[Array, ""]
+    xi: PyTree
+    resumed: Bool[Array, ""]
+
+
+class _TruncationCarry(eqx.Module):
+    """What a particle carries from one inner step of a truncation to the next.
+
+    - `new_segment`: a restart happened earlier in this truncation.
+    - `restart_xi`: the PES accumulator of the last restarted trajectory.
+    - `follow_expert`: a fresh restart happened in this truncation (the reference's warm start).
+    """
+
+    particle: Particle
     new_segment: Bool[Array, "*batch"]
-    resumed: Bool[Array, "*batch"]
-    fresh: Bool[Array, "*batch"]
-    nonfinite: Bool[Array, "*batch"]
-    diverged: Bool[Array, "*batch"]
-    ended: Bool[Array, "*batch"]
-    step: Int[Array, "*batch"]
+    restart_xi: PyTree
+    follow_expert: Bool[Array, "*batch"]
+
+
+class UnrollSettings(eqx.Module):
+    """The settings of [`elo.MetaConfig`][] that an inner problem's unroll reads.
+
+    **Attributes:**
+
+    - `truncation_length`: $R$.
+    - `resume_probability`: $P_B$ (a buffer exists only when it is positive).
+    - `buffer_slots`, `buffer_stores_xi`, `initial_step_offset`: see [`elo.MetaConfig`][].
+    - `divergence_bound`: the raw task loss above which a side counts towards divergence
+      (`inf`: the divergence rule is off; see `MetaConfig.divergence_factor`).
+    - `divergence_patience`: consecutive steps above the bound that end the unroll.
+    """
+
+    truncation_length: int = eqx.field(static=True)
+    resume_probability: float = eqx.field(static=True)
+    buffer_slots: int = eqx.field(static=True)
+    buffer_stores_xi: bool = eqx.field(static=True)
+    initial_step_offset: int = eqx.field(static=True)
+    divergence_bound: float = eqx.field(static=True, default=math.inf)
+    divergence_patience: int = eqx.field(static=True, default=1)
+
+    @property
+    def uses_buffer(self) -> bool:
+        return self.resume_probability > 0.0
+
+    @property
+    def resets_diverged(self) -> bool:
+        return math.isfinite(self.divergence_bound)
 
 
 class InnerProblem(eqx.Module):
@@ -96,40 +152,19 @@ class InnerProblem(eqx.Module):
     - `expert`: the expert optax transformation, or `None` for pure learned-optimizer training.
     - `horizon`: the horizon sampler.
     - `augmentation`: the parameter-scale augmentation, or `None`.
-    - `truncation_length`: $R$.
-    - `resume_probability`: $P_B$ (a buffer exists only when it is positive).
-    - `buffer_slots`, `buffer_stores_xi`: see [`elo.MetaConfig`][].
-    - `initial_step_offset`: see [`elo.MetaConfig`][].
-    - `imitation`: `"progressive"` or `"alternating"` (see `MetaConfig.supervision`); the latter
-      also records the MSE imitation loss.
-    - `fresh_init_expert_warm_start`: see [`elo.MetaConfig`][].
-    - `divergence_bound`: the raw task loss above which a side counts towards divergence
-      (`inf`: the divergence rule is off; see `MetaConfig.divergence_factor`).
-    - `divergence_patience`: consecutive steps above the bound that end the unroll.
+    - `supervision`: the supervision mode (decides each inner step's $\\alpha$).
+    - `settings`: the [`UnrollSettings`][elo.internal.UnrollSettings].
     """
 
     task: AbstractTask
+    # Both are kept out of the traced program by `eqx.partition(problems, eqx.is_array)` in
+    # the meta-step; static here so that an `InnerProblem` is hashable as a whole.
     lo_static: AbstractLearnedOptimizer = eqx.field(static=True)
     expert: optax.GradientTransformation | None = eqx.field(static=True)
     horizon: AbstractHorizon
     augmentation: ParameterScaleAugmentation | None
-    truncation_length: int = eqx.field(static=True)
-    resume_probability: float = eqx.field(static=True)
-    buffer_slots: int = eqx.field(static=True)
-    buffer_stores_xi: bool = eqx.field(static=True)
-    initial_step_offset: int = eqx.field(static=True)
-    imitation: str = eqx.field(static=True, default="progressive")
-    fresh_init_expert_warm_start: bool = eqx.field(static=True, default=False)
-    divergence_bound: float = eqx.field(static=True, default=math.inf)
-    divergence_patience: int = eqx.field(static=True, default=1)
-
-    @property
-    def uses_buffer(self) -> bool:
-        return self.resume_probability > 0.0
-
-    @property
-    def resets_diverged(self) -> bool:
-        return math.isfinite(self.divergence_bound)
+    supervision: AbstractSupervision
+    settings: UnrollSettings
 
     def _scaled_task(self, scale) -> AbstractTask:
         return self.task if self.augmentation is None else ScaledTask(self.task, scale)
@@ -160,17 +195,17 @@ class InnerProblem(eqx.Module):
 
         **Returns:**
 
-        A [`elo._inner_problem.Particle`][].
+        A [`Particle`][elo.internal.Particle].
         """
         fresh_key, offset_key = jr.split(key)
         zero = jnp.zeros((), jnp.int32)
         sides, scale, horizon = self._fresh(theta, fresh_key, zero)
-        step = jr.randint(offset_key, (), 0, self.initial_step_offset, jnp.int32)
+        step = jr.randint(offset_key, (), 0, self.settings.initial_step_offset, jnp.int32)
         xi = jax.tree.map(jnp.zeros_like, theta)
         buffer = None
-        if self.uses_buffer:
+        if self.settings.uses_buffer:
             example = Snapshot(sides, scale, zero, xi)
-            buffer = ResumeBuffer.empty(example, self.buffer_slots)
+            buffer = ResumeBuffer.empty(example, self.settings.buffer_slots)
         return Particle(
             sides=sides,
             difficulty=difficulty_init((2,)),
@@ -184,16 +219,20 @@ class InnerProblem(eqx.Module):
             buffer=buffer,
         )
 
-    def _train_side(self, theta, side: Side, scale, alpha, key):
+    # --------------------------------------------------------------------------------------
+    # Training
+
+    def _train_side(self, theta, side: Side, scale, alpha, key) -> SideStep:
         """One inner step of one side: gradient, (fused) optimizer step, imitation losses."""
         task = self._scaled_task(scale)
         loss, grads = jax.value_and_grad(task.loss)(side.params, key)
         lo = eqx.combine(theta, self.lo_static)
+        zero = jnp.zeros((), jnp.float32)
+        l_dir = l_mag = l_mse = zero
         if self.expert is None:
             updates, lo_state = lo.update(grads, side.lo_state, side.params)
             params = jax.tree.map(lambda p, u: p + u, side.params, updates)
             new_side = Side(params, lo_state, side.expert_state)
-            l_dir = l_mag = l_mse = jnp.zeros((), jnp.float32)
         else:
             out = fused_step(
                 self.expert, lo, alpha, grads, side.expert_state, side.lo_state, side.params
@@ -205,75 +244,38 @@ class InnerProblem(eqx.Module):
                 magnitude=lo.imitation_magnitude,
                 include=lo.imitation_leaves(side.params),
             )
-            l_mse = jnp.zeros((), jnp.float32)
-            if self.imitation == "alternating":
+            if self.supervision.records_mse:
                 l_mse = _tensor_mean_squared_error(out.expert_delta, out.lo_delta)
         finite = jnp.isfinite(loss) & jnp.all(
             jnp.asarray([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(new_side.params)])
         )
-        return new_side, loss, task.normalize_loss(loss), l_dir, l_mag, l_mse, finite
-
-    def _reset(self, theta_one, carry, key):
-        """Apply a particle's pending reset: a fresh start with probability $1 - P_B$, else a
-        resume from the buffer for a freshly sampled further length."""
-        p, started, restart_xi, warm = carry
-        fresh_key, resume_key, pop_key, horizon_key = jr.split(key, 4)
-        zeros_xi = jax.tree.map(jnp.zeros_like, p.xi)
-        fresh_sides, fresh_scale, fresh_horizon = self._fresh(theta_one, fresh_key, p.unrolls_done)
-        do_reset = p.pending_reset
-        if self.uses_buffer:
-            assert p.buffer is not None
-            resume = resume_decision(p.buffer, self.resume_probability, key=resume_key)
-            snap, _ = buffer_pop(p.buffer, key=pop_key)
-            extra = self.horizon.sample(p.unrolls_done, key=horizon_key)
-            reset_sides = jax.tree.map(
-                lambda a, b: jnp.where(resume, a, b), snap.sides, fresh_sides
-            )
-            reset_scale = jnp.where(resume, snap.scale, fresh_scale)
-            reset_step = jnp.where(resume, snap.step, 0)
-            reset_horizon = jnp.where(resume, snap.step + extra, fresh_horizon)
-            resumed_xi = snap.xi if self.buffer_stores_xi else zeros_xi
-            reset_xi = jax.tree.map(lambda a, b: jnp.where(resume, a, b), resumed_xi, zeros_xi)
-        else:
-            resume = jnp.zeros((), bool)
-            reset_sides, reset_scale = fresh_sides, fresh_scale
-            reset_step, reset_horizon, reset_xi = 0, fresh_horizon, zeros_xi
-        resume = resume & do_reset
-        p = eqx.tree_at(
-            lambda q: (q.sides, q.scale, q.step, q.horizon, q.difficulty, q.steps_over_bound),
-            p,
-            (
-                jax.tree.map(lambda a, b: jnp.where(do_reset, a, b), reset_sides, p.sides),
-                jnp.where(do_reset, reset_scale, p.scale),
-                jnp.where(do_reset, reset_step, p.step).astype(jnp.int32),
-                jnp.where(do_reset, reset_horizon, p.horizon).astype(jnp.int32),
-                difficulty_reset(p.difficulty, jnp.broadcast_to(do_reset, (2,))),
-                jnp.where(do_reset, 0, p.steps_over_bound),
-            ),
+        return SideStep(
+            side=new_side,
+            task_loss=loss,
+            meta_loss=task.normalize_loss(loss),
+            direction_loss=l_dir,
+            magnitude_loss=l_mag,
+            imitation_mse=l_mse,
+            finite=finite,
         )
-        restart_xi = jax.tree.map(lambda a, b: jnp.where(do_reset, a, b), reset_xi, restart_xi)
-        fresh = do_reset & ~resume
-        return (p, started | do_reset, restart_xi, warm | fresh), resume, fresh
 
-    def _train(self, theta_pm, carry, alpha, resumed, fresh, key):
+    def _divergence(self, p: Particle, task_loss: Float[Array, "2"]):
+        """The count of consecutive steps above the bound per side, and whether it ended."""
+        if not self.settings.resets_diverged:
+            return p.steps_over_bound, jnp.zeros((), bool)
+        over = jnp.where(task_loss > self.settings.divergence_bound, p.steps_over_bound + 1, 0)
+        return over, jnp.any(over >= self.settings.divergence_patience)
+
+    def _train(self, theta_pm, carry: _TruncationCarry, alpha, resumed, fresh, key):
         """Train both sides of a particle for one inner step on the same minibatch."""
-        p, started, restart_xi, warm = carry
-        step_alpha = alpha
-        if self.fresh_init_expert_warm_start:
-            # The reference's hidden warm start: a fresh inner problem follows the pure expert
-            # until the next truncation boundary.
-            step_alpha = jnp.where(warm, 0.0, alpha)
+        p = carry.particle
+        step_alpha = self.supervision.step_weight(alpha, carry.follow_expert)
         train = jax.vmap(self._train_side, in_axes=(0, 0, None, None, None))
-        sides, raw, normalized, l_dir, l_mag, l_mse, finite = train(
-            theta_pm, p.sides, p.scale, step_alpha, key
-        )
+        out = train(theta_pm, p.sides, p.scale, step_alpha, key)
         inner_step = p.step + 1
-        nonfinite = ~jnp.all(finite)
-        steps_over_bound = p.steps_over_bound
-        diverged = jnp.zeros((), bool)
-        if self.resets_diverged:
-            steps_over_bound = jnp.where(raw > self.divergence_bound, steps_over_bound + 1, 0)
-            diverged = jnp.any(steps_over_bound >= self.divergence_patience) & ~nonfinite
+        nonfinite = ~jnp.all(out.finite)
+        steps_over_bound, over_too_long = self._divergence(p, out.task_loss)
+        diverged = over_too_long & ~nonfinite
         done = self.horizon.is_done(inner_step, p.horizon) | nonfinite | diverged
         p = eqx.tree_at(
             lambda q: (
@@ -286,8 +288,8 @@ class InnerProblem(eqx.Module):
             ),
             p,
             (
-                sides,
-                difficulty_update(p.difficulty, raw),
+                out.side,
+                difficulty_update(p.difficulty, out.task_loss),
                 inner_step,
                 p.unrolls_done + done.astype(jnp.int32),
                 done,
@@ -295,12 +297,12 @@ class InnerProblem(eqx.Module):
             ),
         )
         record = StepRecord(
-            task_loss=normalized,
-            raw_loss=raw,
-            direction_loss=l_dir,
-            magnitude_loss=l_mag,
-            imitation_mse=l_mse,
-            new_segment=started,
+            meta_loss=out.meta_loss,
+            task_loss=out.task_loss,
+            direction_loss=out.direction_loss,
+            magnitude_loss=out.magnitude_loss,
+            imitation_mse=out.imitation_mse,
+            new_segment=carry.new_segment,
             resumed=resumed,
             fresh=fresh,
             nonfinite=nonfinite,
@@ -308,7 +310,70 @@ class InnerProblem(eqx.Module):
             ended=done,
             step=inner_step,
         )
-        return (p, started, restart_xi, warm), record
+        return eqx.tree_at(lambda c: c.particle, carry, p), record
+
+    # --------------------------------------------------------------------------------------
+    # Resets
+
+    def _restart(self, theta_plus, p: Particle, key) -> Restart:
+        """Where the particle restarts: a fresh start with probability $1 - P_B$, else a resume
+        from the buffer for a freshly sampled further length."""
+        fresh_key, resume_key, pop_key, horizon_key = jr.split(key, 4)
+        zeros_xi = jax.tree.map(jnp.zeros_like, p.xi)
+        fresh_sides, fresh_scale, fresh_horizon = self._fresh(theta_plus, fresh_key, p.unrolls_done)
+        fresh = Restart(
+            sides=fresh_sides,
+            scale=fresh_scale,
+            step=jnp.zeros((), jnp.int32),
+            horizon=fresh_horizon,
+            xi=zeros_xi,
+            resumed=jnp.zeros((), bool),
+        )
+        if not self.settings.uses_buffer:
+            return fresh
+        assert p.buffer is not None
+        resume = resume_decision(p.buffer, self.settings.resume_probability, key=resume_key)
+        snap, _ = buffer_pop(p.buffer, key=pop_key)
+        extra = self.horizon.sample(p.unrolls_done, key=horizon_key)
+        resumed = Restart(
+            sides=snap.sides,
+            scale=snap.scale,
+            step=snap.step,
+            horizon=snap.step + extra,
+            xi=snap.xi if self.settings.buffer_stores_xi else zeros_xi,
+            resumed=jnp.ones((), bool),
+        )
+        return _where(resume, resumed, fresh)
+
+    def _reset(self, theta_plus, carry: _TruncationCarry, key):
+        """Apply a particle's pending reset (a no-op for particles without one)."""
+        p = carry.particle
+        due = p.pending_reset
+        restart = self._restart(theta_plus, p, key)
+        p = eqx.tree_at(
+            lambda q: (q.sides, q.scale, q.step, q.horizon, q.difficulty, q.steps_over_bound),
+            p,
+            (
+                _where(due, restart.sides, p.sides),
+                jnp.where(due, restart.scale, p.scale),
+                jnp.where(due, restart.step, p.step).astype(jnp.int32),
+                jnp.where(due, restart.horizon, p.horizon).astype(jnp.int32),
+                difficulty_reset(p.difficulty, jnp.broadcast_to(due, (2,))),
+                jnp.where(due, 0, p.steps_over_bound),
+            ),
+        )
+        resumed = restart.resumed & due
+        fresh = due & ~resumed
+        carry = _TruncationCarry(
+            particle=p,
+            new_segment=carry.new_segment | due,
+            restart_xi=_where(due, restart.xi, carry.restart_xi),
+            follow_expert=carry.follow_expert | fresh,
+        )
+        return carry, resumed, fresh
+
+    # --------------------------------------------------------------------------------------
+    # A truncation
 
     def unroll(
         self,
@@ -343,31 +408,34 @@ class InnerProblem(eqx.Module):
         accumulator of each particle's last restarted trajectory, and the snapshots taken at the
         start of the truncation.
         """
-        theta_one = jax.tree.map(lambda x: x[:, 0], theta_pm)
+        # A fresh restart only needs the weights' shapes; the + side's are as good as any.
+        theta_plus = jax.tree.map(lambda x: x[:, 0], theta_pm)
         snapshots = Snapshot(particles.sides, particles.scale, particles.step, particles.xi)
-        zeros_xi = jax.tree.map(jnp.zeros_like, particles.xi)
         num = particles.step.shape[0]
         falses = jnp.zeros((num,), bool)
         reset = jax.vmap(self._reset)
         train = jax.vmap(self._train)
 
-        def step(carry, n):
+        def step(carry: _TruncationCarry, n):
             step_keys = jax.vmap(lambda k: jr.split(jr.fold_in(k, n)))(keys)
             reset_keys, data_keys = step_keys[:, 0], step_keys[:, 1]
             carry, resumed, fresh = jax.lax.cond(
-                jnp.any(carry[0].pending_reset),
-                lambda c: reset(theta_one, c, reset_keys),
+                jnp.any(carry.particle.pending_reset),
+                lambda c: reset(theta_plus, c, reset_keys),
                 lambda c: (c, falses, falses),
                 carry,
             )
             return train(theta_pm, carry, alpha, resumed, fresh, data_keys)
 
-        init = (particles, falses, zeros_xi, falses)
-        (particles, _, restart_xi, _), records = jax.lax.scan(
-            step, init, jnp.arange(self.truncation_length)
+        init = _TruncationCarry(
+            particle=particles,
+            new_segment=falses,
+            restart_xi=jax.tree.map(jnp.zeros_like, particles.xi),
+            follow_expert=falses,
         )
+        carry, records = jax.lax.scan(step, init, jnp.arange(self.settings.truncation_length))
         records = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), records)
-        return particles, records, restart_xi, snapshots
+        return carry.particle, records, carry.restart_xi, snapshots
 
     def finish_truncation(
         self,
@@ -383,8 +451,7 @@ class InnerProblem(eqx.Module):
         the difficulty score (mean of both sides) rose during the truncation, or when an inner
         problem ended in it; with the divergence rule on, never when a problem diverged or went
         non-finite in it, nor when it started above the divergence bound (a failing run is not a
-        hard state worth resuming). Both sides' running
-        maxima are then aligned to their mean.
+        hard state worth resuming). Both sides' running maxima are then aligned to their mean.
 
         **Arguments:**
 
@@ -398,14 +465,14 @@ class InnerProblem(eqx.Module):
         The particle ready for the next truncation.
         """
         after = eqx.tree_at(lambda p: p.xi, after, new_xi)
-        if not self.uses_buffer:
+        if not self.settings.uses_buffer:
             return after
         assert after.buffer is not None
         max_before = jnp.mean(before.difficulty.max_score)
         max_after = jnp.mean(after.difficulty.max_score)
         ended = jnp.any(records.ended)
         push = should_push(max_before, max_after, ended)
-        if self.resets_diverged:
+        if self.settings.resets_diverged:
             failed = jnp.any(records.diverged | records.nonfinite)
             push = push & ~failed & ~jnp.any(before.steps_over_bound > 0)
         buffer = buffer_push(after.buffer, snapshot, push)

@@ -13,8 +13,8 @@ from ._config import MetaConfig
 PARTICLE_AXIS = "particles"
 
 
-def _devices_per_process() -> dict[int, list[jax.Device]]:
-    by_process: dict[int, list[jax.Device]] = {}
+def _devices_per_process() -> dict[int, list[jax.Device]]:  # pyright: ignore[reportInvalidTypeForm]
+    by_process: dict[int, list[jax.Device]] = {}  # pyright: ignore[reportInvalidTypeForm]
     for device in jax.devices():
         by_process.setdefault(device.process_index, []).append(device)
     return by_process
@@ -62,7 +62,7 @@ def num_particle_devices(config: MetaConfig) -> int:
     return max(candidates)
 
 
-def particle_devices(config: MetaConfig) -> list[jax.Device]:
+def particle_devices(config: MetaConfig) -> list[jax.Device]:  # pyright: ignore[reportInvalidTypeForm]
     """The devices of the particle mesh, in particle order.
 
     One process: the first [`num_particle_devices`][] of `jax.devices()`. Many processes: the

@@ -57,7 +57,7 @@ def mix_deltas(
     \\mathrm{SMN}(\\Delta^{mag})_n + w_{task}\\, \\Delta^{task}_n,$$
 
     where each $\\Delta^{\\cdot}_n = L^{\\cdot,+}_n - L^{\\cdot,-}_n$ is an antithetic difference,
-    $c$ = `imitation_scale` and SMN is [`elo._meta_loss.rms_normalize`][] (identity when
+    $c$ = `imitation_scale` and SMN is [`rms_normalize`][elo.internal.rms_normalize] (identity when
     `normalize_imitation` is false, as the paper writes the loss).
 
     **Arguments:**

@@ -1,4 +1,10 @@
-"""`meta_step`: one outer step of meta-training as one compiled program."""
+"""`meta_step`: one outer step of meta-training as one compiled program.
+
+Read it top-down: `meta_step` → `_compiled_meta_step` (supervision weights, the sharded
+meta-gradient, the meta-update, the metrics) → `_group_step`, one task group's PES estimate as a
+named sequence: keys → antithetic perturbation → $\\alpha$ → unroll → loss deltas → PES estimate
+→ finish the truncation.
+"""
 
 import equinox as eqx
 import jax
@@ -6,106 +12,92 @@ import jax.numpy as jnp
 import jax.random as jr
 import optax
 from jax.sharding import PartitionSpec as P
+from jaxtyping import Array, Float, Int, Key
 
-from ._custom_types import PRNGKeyArray
+from ._build import build_meta_optimizer, build_supervision
+from ._config import MetaConfig
+from ._custom_types import PRNGKeyArray, PyTree
 from ._inner_problem import InnerProblem, Particle
 from ._mesh import constrain, PARTICLE_AXIS, particle_mesh
-from ._meta_loss import mix_deltas
 from ._pes import pes_combine, sample_perturbation
-from ._state import build_meta_optimizer, build_schedule, MetaState, Metrics
+from ._records import StepRecord
+from ._schedules import SupervisionWeights
+from ._state import MetaState
+from ._step_stats import StepStats
+from ._supervision import AbstractSupervision, LossDeltas
 
 
-def _group_step(problem: InnerProblem, theta, particles: Particle, weights, config, key):
-    """PES over one task group's local particles (inside `shard_map`)."""
-    local = jax.tree.leaves(particles.step)[0].shape[0]
+class _ParticleKeys(eqx.Module):
+    perturbation: Key[Array, " particles"]
+    unroll: Key[Array, " particles"]
+
+
+def _particle_keys(key: PRNGKeyArray, particles: Particle) -> _ParticleKeys:
+    """One key per local particle, folded from its *global* index, so that a particle draws
+    the same numbers whatever the number of devices it is sharded over."""
+    local = particles.step.shape[0]
     first = jax.lax.axis_index(PARTICLE_AXIS) * local
     keys = jax.vmap(lambda i: jr.fold_in(key, i))(first + jnp.arange(local))
-    eps_keys, unroll_keys = jax.vmap(jr.split, out_axes=1)(keys)
+    perturbation, unroll = jax.vmap(jr.split, out_axes=1)(keys)
+    return _ParticleKeys(perturbation, unroll)
 
-    eps = jax.vmap(lambda k: sample_perturbation(theta, key=k, sigma=config.sigma))(eps_keys)
+
+def _antithetic_perturbation(theta: PyTree, keys, sigma: float) -> tuple[PyTree, PyTree]:
+    """$\\varepsilon$ per particle, and $\\theta \\pm \\varepsilon$ with axes `[particles, 2]`."""
+    eps = jax.vmap(lambda k: sample_perturbation(theta, key=k, sigma=sigma))(keys)
     theta_pm = jax.tree.map(lambda t, e: jnp.stack([t[None] + e, t[None] - e], axis=1), theta, eps)
+    return eps, theta_pm
 
-    alternating = config.supervision == "alternating" and config.expert != "none"
-    if alternating:
-        # CL-small_fc: even-numbered unrolls of a particle are behaviour cloning (pure expert,
-        # imitation loss), odd ones pure learned optimizer (task loss); latched per truncation.
-        cloning = (particles.unrolls_done % 2 == 0).astype(jnp.float32)
-        alpha = 1.0 - cloning
-    else:
-        alpha = jnp.broadcast_to(weights.alpha, (local,))
 
-    after, records, restart_xi, snapshot = problem.unroll(
-        theta_pm, particles, alpha, keys=unroll_keys
-    )
-
+def _pes_estimates(
+    deltas: LossDeltas,
+    records: StepRecord,
+    eps: PyTree,
+    xi: PyTree,
+    restart_xi: PyTree,
+    config: MetaConfig,
+) -> tuple[PyTree, PyTree]:
+    """Each particle's PES gradient estimate and new accumulator ([`elo.pes_combine`][])."""
     mask = jnp.ones(records.new_segment.shape, bool)
-
-    def antithetic(x):
-        return x[..., 0] - x[..., 1]
-
-    if alternating:
-        imitation, w_imitation = records.imitation_mse, cloning[:, None]
-        w_task, w_mag = 1.0 - cloning[:, None], 0.0
-    else:
-        imitation, w_imitation = records.direction_loss, weights.direction
-        w_task, w_mag = weights.task, weights.magnitude
-
-    def mixed(w_task, w_dir, w_mag):
-        return mix_deltas(
-            antithetic(records.task_loss),
-            antithetic(imitation),
-            antithetic(records.magnitude_loss),
-            mask,
-            w_task=w_task,
-            w_dir=w_dir,
-            w_mag=w_mag,
-            normalize_imitation=config.normalize_imitation_deltas,
-            imitation_scale=config.imitation_delta_scale,
-            axis_name=PARTICLE_AXIS,
-        )
-
     combine = jax.vmap(
         lambda d, m, s, e, x, xr: pes_combine(
             d, m, s, e, x, xr, sigma=config.sigma, reduction=config.loss_reduction
         )
     )
-    if config.imitation_credit == "xi":
-        deltas = mixed(w_task, w_imitation, w_mag)
-        grads, new_xi = combine(deltas, mask, records.new_segment, eps, particles.xi, restart_xi)
-    else:
-        # Imitation deltas credited to this truncation's epsilon alone (zero accumulators);
-        # pes_combine is linear in the deltas, so the two parts add up to one estimate.
-        grads, new_xi = combine(
-            mixed(w_task, 0.0, 0.0), mask, records.new_segment, eps, particles.xi, restart_xi
-        )
-        zeros = jax.tree.map(jnp.zeros_like, particles.xi)
-        imitation_grads, _ = combine(
-            mixed(0.0, w_imitation, w_mag), mask, records.new_segment, eps, zeros, zeros
-        )
-        grads = jax.tree.map(jnp.add, grads, imitation_grads)
+    grads, new_xi = combine(deltas.accumulated, mask, records.new_segment, eps, xi, restart_xi)
+    if deltas.current is not None:
+        # Credited to this truncation's epsilon alone (zero accumulators). pes_combine is
+        # linear in the deltas, so the two parts add up to one estimate.
+        zeros = jax.tree.map(jnp.zeros_like, xi)
+        current, _ = combine(deltas.current, mask, records.new_segment, eps, zeros, zeros)
+        grads = jax.tree.map(jnp.add, grads, current)
+    return grads, new_xi
+
+
+def _group_step(
+    problem: InnerProblem,
+    supervision: AbstractSupervision,
+    theta: PyTree,
+    particles: Particle,
+    weights: SupervisionWeights,
+    config: MetaConfig,
+    key: PRNGKeyArray,
+) -> tuple[PyTree, Particle, StepStats]:
+    """PES over one task group's local particles (inside `shard_map`)."""
+    keys = _particle_keys(key, particles)
+    eps, theta_pm = _antithetic_perturbation(theta, keys.perturbation, config.sigma)
+    alpha = supervision.trajectory_weight(weights, particles.unrolls_done)
+    after, records, restart_xi, snapshot = problem.unroll(
+        theta_pm, particles, alpha, keys=keys.unroll
+    )
+    deltas = supervision.loss_deltas(records, weights, alpha, axis_name=PARTICLE_AXIS)
+    grads, new_xi = _pes_estimates(deltas, records, eps, particles.xi, restart_xi, config)
     particles = jax.vmap(problem.finish_truncation)(particles, after, records, snapshot, new_xi)
-
-    total = config.num_particles
-
-    def psum_mean(x):
-        return jax.lax.psum(jnp.sum(x, axis=0), PARTICLE_AXIS) / total
-
-    grad = jax.tree.map(psum_mean, grads)
-    count = lambda x: jax.lax.psum(jnp.sum(x), PARTICLE_AXIS)  # noqa: E731
-    stats = dict(
-        meta_loss=psum_mean(jnp.mean(records.task_loss, axis=(1, 2))),
-        task_loss=psum_mean(jnp.mean(records.raw_loss, axis=(1, 2))),
-        resets=count(records.resumed | records.fresh),
-        fresh_resets=count(records.fresh),
-        buffer_resumes=count(records.resumed),
-        max_inner_step=jax.lax.pmax(jnp.max(records.step), PARTICLE_AXIS),
-        mean_inner_step=psum_mean(particles.step.astype(jnp.float32)),
-        nonfinite=count(records.nonfinite),
-        diverged=count(records.diverged),
-        direction_loss=psum_mean(jnp.mean(records.direction_loss, axis=(1, 2))),
-        magnitude_loss=psum_mean(jnp.mean(records.magnitude_loss, axis=(1, 2))),
-        imitation_mse=psum_mean(jnp.mean(records.imitation_mse, axis=(1, 2))),
-        alpha=psum_mean(alpha),
+    stats = StepStats.of_group(
+        records, particles, alpha, num_particles=config.num_particles, axis_name=PARTICLE_AXIS
+    )
+    grad = jax.tree.map(
+        lambda g: jax.lax.psum(jnp.sum(g, axis=0), PARTICLE_AXIS) / config.num_particles, grads
     )
     return grad, particles, stats
 
@@ -121,14 +113,30 @@ def meta_step(state: MetaState, key: PRNGKeyArray) -> MetaState:
 
     **Arguments:**
 
-    - `state`: the current [`elo.MetaState`][].
+    - `state`: the current [`elo.MetaState`][] (from [`elo.init`][] or a previous step).
     - `key`: a JAX PRNG key for this step (e.g. `jax.random.fold_in(key, t)`).
 
     **Returns:**
 
     The next [`elo.MetaState`][]; `state.metrics` describes the step just taken.
+
+    **Raises:**
+
+    `TypeError` if `state` is not an `elo.MetaState` (e.g. a config was passed: call
+    `elo.init(config, key=...)` first).
     """
+    if not isinstance(state, MetaState):
+        hint = (
+            " (a MetaConfig was passed: build the state with elo.init(config, key=...) first)"
+            if isinstance(state, MetaConfig)
+            else ""
+        )
+        raise TypeError(
+            f"elo.meta_step expects an elo.MetaState, got {type(state).__name__}{hint}."
+        )
     lo, meta_opt_state, groups, step, metrics = _compiled_meta_step(state, key)
+    # The task data stay out of the compiled program's outputs (they never change, and
+    # returning them would copy them every step): the new state reuses `state.problems`.
     return MetaState(
         config=state.config,
         learned_optimizer=lo,
@@ -140,69 +148,71 @@ def meta_step(state: MetaState, key: PRNGKeyArray) -> MetaState:
     )
 
 
-@eqx.filter_jit
-def _compiled_meta_step(state: MetaState, key: PRNGKeyArray):
+def meta_gradient(
+    state: MetaState, theta: PyTree, weights: SupervisionWeights, key: PRNGKeyArray
+) -> tuple[PyTree, tuple[Particle, ...], StepStats]:
+    """The PES meta-gradient of one outer step before clipping, averaged over particles and
+    task groups, with the particles after the truncation and the step's statistics.
+
+    The particle axis is sharded over the mesh with `jax.shard_map`; task groups (which may
+    differ in parameter shapes) are a static loop inside it.
+    """
     config = state.config
-    mesh = particle_mesh(config)
-    theta, lo_static = eqx.partition(state.learned_optimizer, eqx.is_inexact_array)
-    weights = build_schedule(config).weights(state.step)
+    supervision = build_supervision(config)
     problems_dyn, problems_static = eqx.partition(state.problems, eqx.is_array)
 
     def per_shard(theta, groups, problems_dyn, weights, key):
         problems = eqx.combine(problems_dyn, problems_static)
-        grads, new_groups, stats = [], [], []
-        for index, (problem, particles) in enumerate(zip(problems, groups)):
-            g, p, s = _group_step(
-                problem, theta, particles, weights, config, jr.fold_in(key, index)
-            )
-            grads.append(g)
-            new_groups.append(p)
-            stats.append(s)
-        num = len(grads)
-        grad = jax.tree.map(lambda *gs: sum(gs) / num, *grads)
-        merged = {}
-        for name in stats[0]:
-            values = jnp.stack([s[name] for s in stats])
-            if name in ("max_inner_step",):
-                merged[name] = jnp.max(values)
-            elif name in ("resets", "fresh_resets", "buffer_resumes", "nonfinite", "diverged"):
-                merged[name] = jnp.sum(values).astype(jnp.int32)
-            else:
-                merged[name] = jnp.mean(values)
-        return grad, tuple(new_groups), merged
+        outputs = [
+            _group_step(problem, supervision, theta, particles, weights, config, jr.fold_in(key, i))
+            for i, (problem, particles) in enumerate(zip(problems, groups))
+        ]
+        grads, new_groups, stats = zip(*outputs)
+        grad = jax.tree.map(lambda *gs: sum(gs) / len(gs), *grads)
+        return grad, tuple(new_groups), StepStats.merge(list(stats))
 
     sharded = jax.shard_map(
         per_shard,
-        mesh=mesh,
+        mesh=particle_mesh(config),
         in_specs=(P(), P(PARTICLE_AXIS), P(), P(), P()),
         out_specs=(P(), P(PARTICLE_AXIS), P()),
+        # The resets' `lax.cond` in the unroll returns constants on one branch and per-device
+        # values on the other, which the varying-manual-axes checker rejects unless every such
+        # output is `pcast`; the outputs here are made device-invariant by explicit psum/pmax.
         check_vma=False,
     )
-    grad, groups, stats = sharded(theta, state.groups, problems_dyn, weights, key)
+    return sharded(theta, state.groups, problems_dyn, weights, key)
+
+
+def _meta_update(
+    config: MetaConfig, grad: PyTree, meta_opt_state: PyTree, theta: PyTree
+) -> tuple[PyTree, PyTree, Float[Array, ""], Int[Array, ""]]:
+    """Zero (and count) non-finite entries, then clip and apply the meta-optimizer."""
     # A non-finite estimate (e.g. an overflowing loss difference) must not poison the weights:
     # it is counted, then zeroed, as the reference does.
-    nonfinite_grads = sum(jnp.sum(~jnp.isfinite(g)) for g in jax.tree.leaves(grad))
-    grad = jax.tree.map(lambda g: jnp.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0), grad)
-    meta_opt = build_meta_optimizer(config)
-    updates, meta_opt_state = meta_opt.update(grad, state.meta_opt_state, theta)
-    theta = optax.apply_updates(theta, updates)
-    metrics = Metrics(
-        meta_loss=stats["meta_loss"],
-        task_loss=stats["task_loss"],
-        grad_norm=jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grad))),
-        resets=stats["resets"],
-        fresh_resets=stats["fresh_resets"],
-        buffer_resumes=stats["buffer_resumes"],
-        max_inner_step=stats["max_inner_step"].astype(jnp.int32),
-        mean_inner_step=stats["mean_inner_step"],
-        nonfinite=stats["nonfinite"],
-        diverged=stats["diverged"],
-        nonfinite_grads=jnp.asarray(nonfinite_grads, jnp.int32),
-        alpha=stats["alpha"],
-        direction_loss=stats["direction_loss"],
-        magnitude_loss=stats["magnitude_loss"],
-        imitation_mse=stats["imitation_mse"],
+    nonfinite = jnp.asarray(
+        sum(jnp.sum(~jnp.isfinite(g)) for g in jax.tree.leaves(grad)), jnp.int32
     )
+    grad = jax.tree.map(lambda g: jnp.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0), grad)
+    grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grad)))
+    updates, meta_opt_state = build_meta_optimizer(config).update(grad, meta_opt_state, theta)
+    return optax.apply_updates(theta, updates), meta_opt_state, grad_norm, nonfinite
+
+
+@eqx.filter_jit
+# Counts traces (at trace time only, free at run time) so tests can assert that later outer
+# steps reuse the compiled program: `eqx.debug.get_num_traces(_compiled_meta_step)`.
+@eqx.debug.assert_max_traces(max_traces=None)
+def _compiled_meta_step(state: MetaState, key: PRNGKeyArray):
+    config = state.config
+    mesh = particle_mesh(config)
+    theta, lo_static = eqx.partition(state.learned_optimizer, eqx.is_inexact_array)
+    weights = build_supervision(config).weights(state.step)
+    grad, groups, stats = meta_gradient(state, theta, weights, key)
+    theta, meta_opt_state, grad_norm, nonfinite = _meta_update(
+        config, grad, state.meta_opt_state, theta
+    )
+    metrics = stats.to_metrics(grad_norm, nonfinite)
     theta, meta_opt_state, step, metrics = constrain(
         (theta, meta_opt_state, state.step + 1, metrics), mesh, sharded=False
     )

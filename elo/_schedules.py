@@ -3,16 +3,10 @@
 import math
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Real
 
-
-def _concrete(value) -> float | None:
-    """The value as a Python float, or `None` if it is traced (and so cannot be validated)."""
-    if isinstance(value, jax.core.Tracer):
-        return None
-    return float(value)
+from ._checks import concrete
 
 
 def ramp(
@@ -127,7 +121,7 @@ class SupervisionSchedule(eqx.Module):
             "direction_weight",
             "magnitude_weight",
         ):
-            v = _concrete(getattr(self, name))
+            v = concrete(getattr(self, name))
             if v is not None and not math.isfinite(v):
                 fail(name, getattr(self, name), "finite")
             values[name] = v
@@ -195,8 +189,12 @@ class SupervisionSchedule(eqx.Module):
         A `SupervisionWeights`, each field shaped like `t`, at least float32.
         """
         expert_weight = ramp(t, self.start, self.end, self.trajectory_floor)
-        direction = self.direction_weight * ramp(t, self.start, self.end, self.direction_floor)
-        magnitude = self.magnitude_weight * ramp(t, self.start, self.end, self.magnitude_floor)
+        direction = jnp.asarray(
+            self.direction_weight * ramp(t, self.start, self.end, self.direction_floor)
+        )
+        magnitude = jnp.asarray(
+            self.magnitude_weight * ramp(t, self.start, self.end, self.magnitude_floor)
+        )
         return SupervisionWeights(
             expert_weight=expert_weight,
             alpha=1 - expert_weight,

@@ -1,25 +1,21 @@
 """`MetaState` and `init`: what a meta-training run carries between outer steps."""
 
 import dataclasses
-import math
 from collections.abc import Sequence
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-import optax
 from jaxtyping import Array, Float, Int
 
+from ._build import build_learned_optimizer, build_meta_optimizer, build_problems
 from ._config import MetaConfig
 from ._custom_types import PRNGKeyArray, PyTree
-from ._horizon import AbstractHorizon, CurriculumHorizon, LogUniformHorizon, UniformHorizon
 from ._inner_problem import InnerProblem, Particle
 from ._mesh import build_on_mesh, particle_mesh, place
-from ._schedules import SupervisionSchedule
-from .optimizers import adamw_expert, Celo2, expert_lr_schedule, muon_expert, SmallFC
 from .optimizers._base import AbstractLearnedOptimizer
-from .tasks import AbstractTask, get_task, ParameterScaleAugmentation
+from .tasks import AbstractTask
 
 
 class Metrics(eqx.Module):
@@ -73,7 +69,9 @@ class Metrics(eqx.Module):
         """All-zero metrics (before the first outer step)."""
         return cls(
             **{
-                f.name: jnp.zeros((), jnp.int32 if f.type.dtype is Int else jnp.float32)
+                f.name: jnp.zeros(
+                    (), jnp.int32 if getattr(f.type, "dtype", None) is Int else jnp.float32
+                )
                 for f in dataclasses.fields(cls)
             }
         )
@@ -110,139 +108,6 @@ class MetaState(eqx.Module):
     problems: tuple[InnerProblem, ...]
     step: Int[Array, ""]
     metrics: Metrics
-
-
-def build_learned_optimizer(config: MetaConfig, *, key: PRNGKeyArray) -> AbstractLearnedOptimizer:
-    """The learned optimizer named by `config.optimizer`, freshly initialised."""
-    if config.optimizer == "small_fc":
-        return SmallFC(key=key)
-    return Celo2(key=key)
-
-
-def build_horizon(config: MetaConfig) -> AbstractHorizon:
-    """The horizon sampler named by `config.horizon`."""
-    if config.horizon == "log_uniform":
-        return LogUniformHorizon(config.min_horizon, config.max_horizon)
-    if config.horizon == "uniform":
-        return UniformHorizon(config.min_horizon, config.max_horizon)
-    return CurriculumHorizon(
-        min_steps=config.min_horizon,
-        max_steps=config.max_horizon,
-        increment=config.curriculum_increment,
-        unrolls_per_stage=config.curriculum_unrolls_per_stage,
-        reference_off_by_one=config.curriculum_reference_off_by_one,
-    )
-
-
-def build_expert(
-    config: MetaConfig, lo: AbstractLearnedOptimizer
-) -> optax.GradientTransformation | None:
-    """The expert named by `config.expert` (with the learned optimizer's $\\beta_2$), or `None`."""
-    schedule = expert_lr_schedule(
-        config.expert_lr_max, config.expert_lr_min, config.expert_lr_decay_steps
-    )
-    if config.expert == "adamw":
-        return adamw_expert(schedule, b2=lo.expert_b2)
-    if config.expert == "muon":
-        return muon_expert(schedule, b2=lo.expert_b2)
-    return None
-
-
-def build_schedule(config: MetaConfig) -> SupervisionSchedule:
-    """The progressive supervision schedule (no supervision without an expert)."""
-    if config.expert == "none" or config.supervision == "alternating":
-        return SupervisionSchedule.none()
-    start, end = config.supervision_steps()
-    return SupervisionSchedule(
-        start=start,
-        end=end,
-        trajectory_floor=config.trajectory_floor,
-        direction_floor=config.direction_floor,
-        magnitude_floor=config.magnitude_floor,
-        direction_weight=config.direction_weight,
-        magnitude_weight=config.magnitude_weight,
-    )
-
-
-def build_meta_optimizer(config: MetaConfig) -> optax.GradientTransformation:
-    """Global-norm clipping, then AdamW with a warmup-cosine learning rate (reference §2.6)."""
-    schedule = optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=config.meta_learning_rate,
-        warmup_steps=config.meta_warmup_steps,
-        decay_steps=max(config.num_outer_steps, config.meta_warmup_steps + 1),
-        end_value=config.meta_final_learning_rate,
-    )
-    return optax.chain(
-        optax.clip_by_global_norm(config.meta_grad_clip),
-        optax.adamw(schedule, b1=0.9, b2=0.999, eps=1e-8, weight_decay=config.meta_weight_decay),
-    )
-
-
-def build_problems(
-    config: MetaConfig,
-    lo: AbstractLearnedOptimizer,
-    tasks: Sequence[AbstractTask] | None = None,
-) -> tuple[InnerProblem, ...]:
-    """One [`elo._inner_problem.InnerProblem`][] per task of `config.tasks` (or of `tasks`)."""
-    if tasks is None:
-        tasks = [
-            get_task(name, data_dir=config.data_dir, batch_size=config.batch_size)
-            for name in config.tasks
-        ]
-    elif len(tasks) != len(config.tasks):
-        raise ValueError(
-            f"`tasks` has {len(tasks)} task(s) but config.tasks names {len(config.tasks)}; give "
-            "one task per name (the names then only label the task groups)."
-        )
-    _, lo_static = eqx.partition(lo, eqx.is_inexact_array)
-    horizon = build_horizon(config)
-    expert = build_expert(config, lo)
-    bounds = [_divergence_bound(config, task) for task in tasks]
-    augmentation = None
-    if config.task_augmentation:
-        augmentation = ParameterScaleAugmentation(config.min_param_scale, config.max_param_scale)
-    return tuple(
-        InnerProblem(
-            task=task,
-            lo_static=lo_static,
-            expert=expert,
-            horizon=horizon,
-            augmentation=augmentation,
-            truncation_length=config.truncation_length,
-            resume_probability=config.resume_probability,
-            buffer_slots=config.buffer_slots,
-            buffer_stores_xi=config.buffer_stores_xi,
-            initial_step_offset=config.initial_step_offset,
-            imitation=config.supervision,
-            fresh_init_expert_warm_start=config.fresh_init_expert_warm_start,
-            divergence_bound=bound,
-            divergence_patience=config.divergence_patience,
-        )
-        for task, bound in zip(tasks, bounds)
-    )
-
-
-def initial_loss(task: AbstractTask, *, num_inits: int = 8) -> float:
-    """The task's mean training loss at fresh initialisations (fixed keys, so reproducible).
-
-    The scale augmentation does not change it: a scaled task computes the same function.
-    """
-    keys = jr.split(jr.key(0), num_inits)
-    losses = jax.jit(jax.vmap(lambda k: task.loss(task.init(k), k)))(keys)
-    return float(jnp.mean(losses))
-
-
-def _divergence_bound(config: MetaConfig, task: AbstractTask) -> float:
-    if config.divergence_factor == 0.0:
-        return math.inf
-    loss = initial_loss(task)
-    if not (math.isfinite(loss) and loss > 0):
-        raise ValueError(
-            f"divergence_factor needs a finite, positive initial loss, but the task "
-            f"{type(task).__name__} has {loss}; set divergence_factor = 0 for this task."
-        )
-    return config.divergence_factor * loss
 
 
 def init(

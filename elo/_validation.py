@@ -20,9 +20,10 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float
 
+from ._checks import is_int_at_least
 from ._custom_types import Params
-from .optimizers import as_optax
 from .optimizers._base import AbstractLearnedOptimizer
+from .optimizers._optax import as_optax
 from .tasks import AbstractTask, get_task, ScaledTask
 from .tasks._image_classifier import AbstractImageClassifier
 
@@ -143,12 +144,14 @@ def validate(
     """
     if not isinstance(lo, AbstractLearnedOptimizer):
         raise TypeError(f"`lo` must be a learned optimizer, got {type(lo).__name__}.")
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+    if not is_int_at_least(num_steps, 1):
         raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}.")
     scales = tuple(float(s) for s in scales)
     if not scales or not all(math.isfinite(s) and s > 0 for s in scales):
         raise ValueError(f"scales must be a non-empty list of positive numbers, got {scales}.")
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
+    if isinstance(seeds, bool):
+        raise ValueError(f"seeds must be a positive count or a list of seeds, got {seeds}.")
+    if isinstance(seeds, int):
         if seeds < 1:
             raise ValueError(f"seeds must be a positive count or a list of seeds, got {seeds}.")
         seeds = tuple(range(seeds))

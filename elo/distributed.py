@@ -198,7 +198,8 @@ def initialize(
     settings = resolve_settings(coordinator_address, num_processes, process_id, local_device_count)
     if settings["local_device_count"] is not None:
         jax.config.update("jax_num_cpu_devices", settings["local_device_count"])
-    if jax.config.jax_cpu_collectives_implementation in (None, "none"):
+    collectives = jax.config.jax_cpu_collectives_implementation  # pyright: ignore
+    if collectives in (None, "none"):
         # Cross-process collectives on CPU need an implementation; gloo ships with jaxlib.
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     address, count, index = (

@@ -20,8 +20,6 @@ from ._config import DEFAULT_TASKS, MetaConfig
 def _make(base: dict[str, Any], overrides: dict[str, Any]) -> MetaConfig:
     fields = dict(base)
     fields.update(overrides)
-    if isinstance(fields.get("tasks"), list):
-        fields["tasks"] = tuple(fields["tasks"])
     steps = fields.get("num_outer_steps", 100_000)
     if "meta_warmup_steps" not in overrides:
         fields["meta_warmup_steps"] = min(fields.get("meta_warmup_steps", 100), steps // 10)

@@ -10,3 +10,6 @@ import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 4)
 jax.config.update("jax_numpy_rank_promotion", "raise")
+# Not `jax_numpy_dtype_promotion="strict"`: optax's own Adam bias correction computes
+# `decay ** count` with an int32 count (optax/tree_utils/_tree_math.py, tree_bias_correction),
+# which strict promotion rejects, and the experts, the meta-optimizer and the baselines are optax.

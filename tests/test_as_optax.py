@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from elo.optimizers import as_optax, Celo2, SmallFC
+from elo import as_optax, Celo2, SmallFC
 
 
 # Compile quickly: these tests are dominated by XLA compile time, not by run time.

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import elo
-from elo._state import initial_loss
+from elo._build import initial_loss
 from elo.tasks import AbstractTask
 
 
@@ -99,7 +99,7 @@ def test_without_the_rule_problems_climb_and_are_buffered_above_the_bound():
     """The same run with the rule off (the reference): nothing is ended early, and the buffer
     holds states above the bound; this is what the test above would catch."""
     bound = 4.0 * initial_loss(ClimbingTask())
-    history, values = run(config(), 12)
+    history, values = run(config(divergence_factor=0.0), 12)
     assert sum(h["diverged"] for h in history) == 0
     assert np.any(values > bound)
 
@@ -108,6 +108,12 @@ def test_patience_delays_the_end():
     quick = sum(h["diverged"] for h in run(config(divergence_factor=4.0), 8)[0])
     patient = run(config(divergence_factor=4.0, divergence_patience=30), 8)[0]
     assert quick > sum(h["diverged"] for h in patient)
+
+
+def test_elo_presets_reset_diverged_problems_and_the_pes_presets_do_not():
+    assert elo.presets.elo_small_fc().divergence_factor == 4.0
+    assert elo.presets.elo_small_fc_cpu().divergence_patience == 5
+    assert elo.presets.pes_small_fc().divergence_factor == 0.0
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ import safetensors
 import safetensors.numpy
 
 import elo
-from elo._checkpoint import CheckpointError
 from elo._export import export_pylo, load_optimizer, pylo_state_dict, save_optimizer
+from elo._io import CheckpointError
 from elo.optimizers._accumulators import accumulate
 
 from .test_checkpoint import bitwise_equal

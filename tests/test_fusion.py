@@ -10,8 +10,9 @@ import optax
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from elo import Celo2, SmallFC
 from elo._fusion import fused_step, FusedStep, imitation_losses
-from elo.optimizers import adamw_expert, Celo2, muon_expert, SmallFC
+from elo.optimizers import adamw_expert, muon_expert
 
 
 SHAPES = {"scale": (), "bias": (7,), "w": (5, 9)}

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from elo.optimizers import _network, Celo2, LOState, SmallFC
+from elo import Celo2, SmallFC
+from elo.optimizers import _network, LOState
 from elo.optimizers._accumulators import accumulate, factored_dims
 
 

@@ -77,7 +77,7 @@ def make_unroll(system, *, horizon, length, resume_at, store_xi, snap_xi):
             step, init, None, length=length
         )
         restart_xi = jnp.where(resumed & store_xi, snap_xi, jnp.zeros_like(snap_xi))
-        out = elo.Unrolled(
+        out = elo.internal.Unrolled(
             losses=losses,
             mask=jnp.ones_like(started),
             new_segment=started,
@@ -136,7 +136,7 @@ def run_pes(system, theta, *, horizon, length, num_truncations, resume_plan, sto
                 store_xi=store_xi,
                 snap_xi=snap_xi,
             )
-            g, (pos, neg, xi), _ = elo.pes_grad(
+            g, (pos, neg, xi), _ = elo.internal.pes_grad(
                 unroll, theta, pos, neg, xi, key=jr.fold_in(key, t), sigma=SIGMA
             )
             grads.append(g)
@@ -219,7 +219,7 @@ def test_antithetic_pairs_cancel_even_order_terms():
 
     def unroll(th, state, key):
         loss = 7.0 + b @ th + 0.5 * th @ q @ th
-        out = elo.Unrolled(
+        out = elo.internal.Unrolled(
             losses=loss[None],
             mask=jnp.ones((1,), bool),
             new_segment=jnp.zeros((1,), bool),
@@ -228,7 +228,9 @@ def test_antithetic_pairs_cancel_even_order_terms():
         return out, state
 
     def estimate(key):
-        g, _, _ = elo.pes_grad(unroll, theta, 0.0, 0.0, jnp.zeros_like(theta), key=key, sigma=SIGMA)
+        g, _, _ = elo.internal.pes_grad(
+            unroll, theta, 0.0, 0.0, jnp.zeros_like(theta), key=key, sigma=SIGMA
+        )
         eps_key, _ = jr.split(key)
         eps = elo.sample_perturbation(theta, key=eps_key, sigma=SIGMA)
         return g, ((q @ theta + b) @ eps) * eps / SIGMA**2

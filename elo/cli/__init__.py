@@ -4,7 +4,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .._checkpoint import CheckpointError
+from .._io import CheckpointError
 from . import _evaluate, _export, _meta_train, _plot
 from ._common import ArgumentParser, CLIError
 

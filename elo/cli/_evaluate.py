@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .._checkpoint import atomic_write
 from .._evaluate import (
     evaluate,
     Evaluation,
@@ -18,6 +17,7 @@ from .._evaluate import (
     selection_score,
 )
 from .._export import load_optimizer
+from .._io import atomic_write
 from ._common import CLIError
 
 

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxtyping import Array, Float, Int, PyTree
+from jaxtyping import Array, ArrayLike, Float, Int, PyTree
 
 from .._custom_types import Params, Updates
 
@@ -65,7 +65,7 @@ def _decays(decays: Sequence[float], ndim: int) -> Float[Array, "..."]:
 
 def init_accumulators(
     params: Params,
-    num_steps: int | Int[Array, ""],
+    num_steps: int | Int[ArrayLike, ""],
     *,
     momentum_decays: Sequence[float],
     rms_decays: Sequence[float],

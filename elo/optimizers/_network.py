@@ -255,10 +255,11 @@ def _merged_mlp(
             for i, part in zip(members, _first_layer_parts(inputs, take_rows(w0, rows))):
                 previous = pre[i]
                 pre[i] = part if previous is None else previous + part
-    assert all(h is not None for h in pre)
+    summed = [h for h in pre if h is not None]
+    assert len(summed) == len(pre)
     flat = [
         jnp.broadcast_to(h + bcast(bias0, h.ndim), shape + (hidden,)).reshape(-1, hidden)
-        for h, shape in zip(pre, shapes)
+        for h, shape in zip(summed, shapes)
     ]
     outputs = rest(jax.nn.relu(jnp.concatenate(flat, axis=0)))
     ends = np.cumsum([int(np.prod(shape, dtype=np.int64)) for shape in shapes])[:-1]

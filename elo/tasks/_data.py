@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from jaxtyping import Array, Float, Int32, UInt8
 
+from .._checks import is_int_at_least
 from .._custom_types import PRNGKeyArray
 
 
@@ -346,7 +347,10 @@ def _read_split_file(
         )
     if image.null_count:
         raise ValueError(f"{where} has {image.null_count} null images.")
-    lengths = pc.list_value_length(image).to_numpy(zero_copy_only=False)
+    # pyarrow's stubs lack most of `pyarrow.compute`, which is generated at import time.
+    lengths = pc.list_value_length(image).to_numpy(  # pyright: ignore[reportAttributeAccessIssue]
+        zero_copy_only=False
+    )
     if np.any(lengths != size):
         bad = sorted(set(lengths[lengths != size].tolist()))
         raise ValueError(
@@ -437,7 +441,7 @@ def load_image_dataset(
     if dataset not in _DATASET_DIRS:
         raise ValueError(f"Unknown dataset {dataset!r}; known datasets: {known_datasets()}.")
     for field, value in (("height", height), ("width", width), ("channels", channels)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_int_at_least(value, 1):
             raise ValueError(f"`{field}` must be a positive integer, got {value!r}.")
     mean, std = _CHANNEL_STATS.get(dataset, (None, None))
     if mean is not None and len(mean) != channels:

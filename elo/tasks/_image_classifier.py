@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float, Int32
 
+from .._checks import is_int_at_least
 from .._custom_types import Params, PRNGKeyArray, Scalar
 from ._base import AbstractTask
 from ._data import ImageDataset, NUM_CLASSES, SplitName
@@ -21,7 +22,7 @@ MAX_IMAGE_LOSS = 1.5 * math.log(NUM_CLASSES)
 
 def check_positive_int(owner: str, field: str, value: object) -> None:
     """Raise a `ValueError` naming `owner.field` unless `value` is a positive `int`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int_at_least(value, 1):
         raise ValueError(f"{owner}.{field} must be a positive integer, got {value!r}.")
 
 

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._checks import is_int_at_least
 from .._custom_types import Params, PRNGKeyArray, Scalar, ScalarLike
 from ._base import AbstractTask
 
@@ -46,7 +47,7 @@ class QuadraticTask(AbstractTask):
         condition_number: float | int = 10.0,
         noise_scale: ScalarLike | int = 0.0,
     ):
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        if not is_int_at_least(dim, 1):
             raise ValueError(f"QuadraticTask.dim must be a positive integer, got {dim!r}.")
         if not (math.isfinite(condition_number) and condition_number >= 1):
             raise ValueError(

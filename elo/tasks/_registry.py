@@ -3,6 +3,7 @@
 import os
 import re
 
+from .._checks import is_int_at_least
 from ._base import AbstractTask
 from ._cnn import ConvImageTask
 from ._data import known_datasets, load_image_dataset
@@ -89,7 +90,7 @@ def get_task(
     `ValueError` for an unknown or malformed name, non-positive sizes, or data files that are
     missing (the error lists where it looked) or do not match the name.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if not is_int_at_least(batch_size, 1):
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     if not isinstance(name, str):
         raise ValueError(f"A task name must be a string, got {name!r}.")

@@ -27,7 +27,9 @@ _SMALL = dict(
     initial_step_offset=20,
     num_outer_steps=STEPS,
     meta_learning_rate=1e-3,
-    num_devices=4,
+    # One device: the order of a cross-device sum on CPU depends on which virtual device arrives
+    # first, so a sharded run is reproducible only up to float reassociation, not bit for bit.
+    num_devices=1,
 )
 # Full field dicts, so that fields added later with a reference-preserving default do not change
 # what these runs mean.

@@ -1,0 +1,383 @@
+"""Tables, paired statistics, the decision rule and figures of the ELO ablation study.
+
+Reads what `benchmarks/ablation.py` cached under its results directory and writes, next to it,
+`summary.json`, `summary.md`, `curves_<horizon>.png` (held-out test-loss curves of every arm,
+mean ± 95% CI over meta-training seeds) and `meta_training.png` (the fused meta-loss next to the
+learned optimizer's own validation score). Called by `python benchmarks/ablation.py --report`;
+works on partial results (arms and seeds that are not done yet are left out and listed).
+
+Conventions:
+
+- A meta-training seed's value on a task and horizon is the mean over the 3 evaluation seeds of
+  the final test loss, each capped at its run's initial test loss (a run that diverged counts as
+  no better than not training; divergence is counted separately). "Best" columns use the best
+  test loss along each run instead of the final one.
+- A seed *diverged* on a task and horizon when any of its evaluation runs ended above its
+  initial test loss or non-finite.
+- Paired differences are arm − PES on the same meta-training seed (same seed index: same
+  initial learned optimizer and inner-problem randomness), with a t-interval at 95%.
+- "final" evaluates the last checkpoint; "selected" the checkpoint with the best meta-validation
+  score (MNIST-w32 validation split, never a test set), the same rule for every arm.
+"""
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+SELECTIONS = ("final", "selected")
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def _t_interval(values: np.ndarray) -> tuple[float, float]:
+    """Mean and half-width of the 95% t-interval (nan half-width for fewer than 2 values)."""
+    from scipy import stats
+
+    n = len(values)
+    mean = float(np.mean(values))
+    if n < 2:
+        return mean, math.nan
+    half = float(stats.t.ppf(0.975, n - 1) * np.std(values, ddof=1) / math.sqrt(n))
+    return mean, half
+
+
+def _seed_value(entry: dict[str, Any], metric: str) -> tuple[float, bool]:
+    """(value, diverged) of one meta-training seed on one task and horizon."""
+    curves = np.asarray(
+        [[np.nan if v is None else v for v in row] for row in entry["test_loss_curve"]], float
+    )
+    initial = curves[:, 0]
+    if metric == "final":
+        raw = np.asarray([np.nan if v is None else v for v in entry["final_test_loss"]], float)
+    else:
+        raw = np.asarray([np.nan if v is None else v for v in entry["best_test_loss"]], float)
+    capped = np.where(np.isfinite(raw), np.minimum(raw, initial), initial)
+    return float(np.mean(capped)), bool(any(entry["diverged"]))
+
+
+def collect(results: Path, arms: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
+    """`{arm: {seed: {"meta": ..., "final": held-out dict, "selected": held-out dict}}}` for
+    every finished run."""
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for arm in arms:
+        for run in sorted((results / "runs" / arm).glob("s*")):
+            if not (run / "evaluation.json").is_file():
+                continue
+            evaluation = _load(run / "evaluation.json")
+            final = evaluation["final"]
+            selected = final if evaluation["best"].get("same_as") == "final" else evaluation["best"]
+            out.setdefault(arm, {})[int(run.name[1:])] = {
+                "meta": _load(run / "meta.json"),
+                "final": final,
+                "selected": selected,
+            }
+    return out
+
+
+def _adamw(results: Path, key: str) -> dict[str, Any] | None:
+    path = results / "adamw" / f"{key}.json"
+    return _load(path) if path.is_file() else None
+
+
+def summarise(results: Path, arms: dict[str, Any], tasks, horizons) -> dict[str, Any]:
+    runs = collect(results, arms)
+    keys = [f"{t}@{h}" for t in tasks for h in horizons]
+    table: dict[str, Any] = {}
+    for arm, seeds in runs.items():
+        table[arm] = {"seeds": sorted(seeds), "label": arms[arm].label}
+        for selection in SELECTIONS:
+            for metric in ("final", "best"):
+                per_key = {}
+                for key in keys:
+                    values = {
+                        s: _seed_value(r[selection]["held_out"][key], metric)
+                        for s, r in seeds.items()
+                        if key in r[selection]["held_out"]
+                    }
+                    if not values:
+                        continue
+                    losses = np.asarray([v for v, _ in values.values()])
+                    mean, half = _t_interval(losses)
+                    entry = {
+                        "mean": mean,
+                        "ci95": half,
+                        "per_seed": {str(s): v for s, (v, _) in values.items()},
+                        "diverged_seeds": sum(d for _, d in values.values()),
+                        "n": len(values),
+                    }
+                    if arm != "pes" and "pes" in runs:
+                        paired = [
+                            v - _seed_value(runs["pes"][s][selection]["held_out"][key], metric)[0]
+                            for s, (v, _) in values.items()
+                            if s in runs["pes"] and key in runs["pes"][s][selection]["held_out"]
+                        ]
+                        if paired:
+                            d_mean, d_half = _t_interval(np.asarray(paired))
+                            entry["vs_pes"] = {
+                                "mean": d_mean,
+                                "ci95": d_half,
+                                "wins": int(sum(d < 0 for d in paired)),
+                                "n": len(paired),
+                            }
+                    per_key[key] = entry
+                table[arm][f"{selection}/{metric}"] = per_key
+        table[arm]["meta"] = {
+            "best_validation_score": _t_interval(
+                np.asarray([r["meta"]["best_validation_score"] for r in seeds.values()])
+            ),
+            "diverged_resets": int(sum(r["meta"]["totals"]["diverged"] for r in seeds.values())),
+            "seconds_meta_steps": float(
+                np.mean([r["meta"]["seconds_meta_steps"] for r in seeds.values()])
+            ),
+        }
+    adamw = {}
+    for key in keys:
+        data = _adamw(results, key)
+        if data is not None:
+            final = np.asarray([np.nan if v is None else v for v in data["final_test_loss"]])
+            best = np.asarray([np.nan if v is None else v for v in data["best_test_loss"]])
+            adamw[key] = {
+                "learning_rate": data["learning_rate"],
+                "final": float(np.nanmean(final)),
+                "best": float(np.nanmean(best)),
+            }
+    return {
+        "table": table,
+        "adamw": adamw,
+        "verdict": verdict(table, adamw, tasks, horizons),
+        "missing": missing(results, arms, runs),
+    }
+
+
+def missing(results: Path, arms: dict[str, Any], runs) -> list[str]:
+    return [
+        f"{arm} s{seed}"
+        for arm, spec in arms.items()
+        for seed in range(spec.seeds)
+        if seed not in runs.get(arm, {})
+    ]
+
+
+def verdict(table, adamw, tasks, horizons) -> dict[str, Any]:
+    """SCIENCE_REVIEW's decision rule for ELO vs PES, and the AdamW goal."""
+    if "elo" not in table or "pes" not in table:
+        return {"decided": False, "reason": "ELO or PES has no finished seed yet"}
+    long = [h for h in horizons if h >= 5000]
+    checks = {}
+    for selection in SELECTIONS:
+        wins = []
+        for task in tasks:
+            significant = True
+            for h in long:
+                d = table["elo"][f"{selection}/final"].get(f"{task}@{h}", {}).get("vs_pes")
+                if d is None or not (d["mean"] < 0 and d["mean"] + d["ci95"] < 0):
+                    significant = False
+            wins.append(significant)
+        checks[selection] = {"tasks_won": int(sum(wins)), "per_task": dict(zip(tasks, wins))}
+    diverged = {
+        arm: sum(
+            table[arm]["final/final"][k]["diverged_seeds"]
+            for k in table[arm]["final/final"]
+            if int(k.split("@")[1]) in long
+        )
+        for arm in ("elo", "pes")
+    }
+    beats = (
+        all(checks[s]["tasks_won"] >= 2 for s in SELECTIONS) and diverged["elo"] <= diverged["pes"]
+    )
+    near_adamw = {}
+    for key, ref in adamw.items():
+        entry = table["elo"]["selected/final"].get(key)
+        if entry is not None and ref["final"] > 0:
+            near_adamw[key] = entry["mean"] / ref["final"]
+    return {
+        "decided": True,
+        "elo_beats_pes": bool(beats),
+        "significant_wins_at_5k_and_10k": checks,
+        "diverged_seed_task_horizons_at_5k_10k": diverged,
+        "elo_over_adamw_final_test_loss": near_adamw,
+        "within_10pct_of_adamw_on": sorted(k for k, r in near_adamw.items() if r <= 1.1),
+        "seeds": {"elo": table["elo"]["seeds"], "pes": table["pes"]["seeds"]},
+    }
+
+
+def _fmt(entry: dict[str, Any] | None, paired: bool = False) -> str:
+    if entry is None:
+        return "–"
+    text = f"{entry['mean']:.3f}"
+    if not math.isnan(entry["ci95"]):
+        text += f" ± {entry['ci95']:.3f}"
+    if entry.get("diverged_seeds"):
+        text += f" ({entry['diverged_seeds']}/{entry['n']} div)"
+    if paired and "vs_pes" in entry:
+        d = entry["vs_pes"]
+        half = "" if math.isnan(d["ci95"]) else f" ± {d['ci95']:.3f}"
+        text += f"<br>Δ {d['mean']:+.3f}{half}, {d['wins']}/{d['n']} wins"
+    return text
+
+
+def markdown(summary: dict[str, Any], tasks, horizons, environment: dict[str, Any]) -> str:
+    table = summary["table"]
+    lines = [
+        "# ELO ablation study: results",
+        "",
+        "Generated by `python benchmarks/ablation.py --report` "
+        f"(commit {environment.get('commit')},"
+        f" jax {environment.get('jax')}, {environment.get('devices')} device(s), "
+        f"{environment.get('cpu')}).",
+        "",
+        "Final test loss of the learned optimizer alone, mean ± 95% CI over meta-training seeds "
+        "(each seed: mean of 3 evaluation runs, capped at the initial loss); `div`: seeds with a "
+        "diverged evaluation run; Δ: paired difference to PES (negative = better than PES).",
+        "",
+    ]
+    for selection in SELECTIONS:
+        lines.append(
+            f"## Checkpoint: {selection} "
+            + ("(last outer step)" if selection == "final" else "(best meta-validation score)")
+        )
+        lines.append("")
+        keys = [f"{t}@{h}" for t in tasks for h in horizons]
+        lines.append("| arm | seeds | " + " | ".join(k.replace("@", " @ ") for k in keys) + " |")
+        lines.append("|---" * (len(keys) + 2) + "|")
+        for arm, row in table.items():
+            cells = [_fmt(row[f"{selection}/final"].get(k), paired=True) for k in keys]
+            lines.append(f"| {row['label']} | {len(row['seeds'])} | " + " | ".join(cells) + " |")
+        adamw = summary["adamw"]
+        cells = [
+            f"{adamw[k]['final']:.3f} (lr {adamw[k]['learning_rate']:.2g})" if k in adamw else "–"
+            for k in keys
+        ]
+        lines.append("| AdamW, tuned | 3 eval | " + " | ".join(cells) + " |")
+        lines.append("")
+    v = summary["verdict"]
+    lines.append("## Decision rule (SCIENCE_REVIEW.md)")
+    lines.append("")
+    lines.append("```json")
+    lines.append(json.dumps(v, indent=1))
+    lines.append("```")
+    if summary["missing"]:
+        lines.append("")
+        lines.append("Not finished yet: " + ", ".join(summary["missing"]) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def _ci_band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    from scipy import stats
+
+    mean = np.nanmean(curves, axis=0)
+    n = curves.shape[0]
+    if n < 2:
+        return mean, np.zeros_like(mean)
+    half = stats.t.ppf(0.975, n - 1) * np.nanstd(curves, axis=0, ddof=1) / math.sqrt(n)
+    return mean, half
+
+
+def figures(results: Path, arms, tasks, horizons) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = collect(results, arms)
+    written = []
+    for horizon in horizons:
+        fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
+        for ax, task in zip(axes[0], tasks):
+            key = f"{task}@{horizon}"
+            for arm, seeds in runs.items():
+                entries = [r["selected"]["held_out"].get(key) for r in seeds.values()]
+                entries = [e for e in entries if e is not None]
+                if not entries:
+                    continue
+                steps = np.asarray(entries[0]["steps"])
+                per_seed = np.asarray(
+                    [
+                        np.nanmean(
+                            [
+                                [np.nan if v is None else v for v in row]
+                                for row in e["test_loss_curve"]
+                            ],
+                            axis=0,
+                        )
+                        for e in entries
+                    ]
+                )
+                mean, half = _ci_band(per_seed)
+                ax.plot(steps, mean, label=f"{arms[arm].label} (n={len(entries)})")
+                ax.fill_between(
+                    steps, mean - half, mean + half, alpha=0.15, color=ax.lines[-1].get_color()
+                )
+            ref = _adamw(results, key)
+            if ref is not None:
+                curve = np.nanmean(
+                    [[np.nan if v is None else v for v in row] for row in ref["test_loss_curve"]],
+                    axis=0,
+                )
+                ax.plot(ref["steps"], curve, "k--", label="AdamW (tuned)")
+            if ax.lines:
+                initial = [line.get_ydata()[0] for line in ax.lines]
+                ax.set_ylim(0, 1.3 * float(np.nanmax(initial)))
+            ax.set_title(key)
+            ax.set_xlabel("inner step")
+            ax.set_ylabel("test loss")
+        axes[0][0].legend(fontsize=7)
+        fig.suptitle(
+            f"Held-out test loss, learned optimizer alone, {horizon} steps "
+            "(validation-selected checkpoint; mean ± 95% CI over meta-training seeds)"
+        )
+        fig.tight_layout()
+        path = results / f"curves_{horizon}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
+    for arm, seeds in runs.items():
+        metas = [r["meta"] for r in seeds.values()]
+        steps = np.asarray(metas[0]["curves"]["step"])
+        n = min(len(m["curves"]["meta_loss"]) for m in metas)
+        fused = np.asarray(
+            [[np.nan if v is None else v for v in m["curves"]["meta_loss"][:n]] for m in metas]
+        )
+        mean, half = _ci_band(fused)
+        axes[0].plot(steps[:n], mean, label=arms[arm].label)
+        axes[0].fill_between(
+            steps[:n], mean - half, mean + half, alpha=0.15, color=axes[0].lines[-1].get_color()
+        )
+        vsteps = np.asarray([c["step"] for c in metas[0]["validation"]])
+        m = min(len(x["validation"]) for x in metas)
+        scores = np.asarray([[c["score"] for c in x["validation"][:m]] for x in metas])
+        mean, half = _ci_band(scores)
+        axes[1].plot(vsteps[:m], mean, marker="o", markersize=3, label=arms[arm].label)
+        axes[1].fill_between(
+            vsteps[:m], mean - half, mean + half, alpha=0.15, color=axes[1].lines[-1].get_color()
+        )
+    axes[0].set_title("meta-loss of the trained (fused) trajectories")
+    axes[1].set_title("learned optimizer alone: meta-validation score")
+    for ax in axes:
+        ax.set_xlabel("outer step")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    path = results / "meta_training.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+def report(results: Path, arms, tasks, horizons) -> None:
+    environment = _load(results / "settings.json").get("environment", {})
+    summary = summarise(results, arms, tasks, horizons)
+    summary["environment"] = environment
+    (results / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=True) + "\n")
+    (results / "summary.md").write_text(markdown(summary, tasks, horizons, environment))
+    written = figures(results, arms, tasks, horizons) if collect(results, arms) else []
+    for path in [results / "summary.json", results / "summary.md", *written]:
+        print(f"wrote {path}")

@@ -1,0 +1,49 @@
+"""Pieces of `elo` that are documented but not promised: they may change between releases.
+
+They are here for people who extend the engine (a new supervision mode, a new statistic) or
+test it; everyday use needs only the top-level `elo` namespace.
+"""
+
+from ._buffer import record_window as record_window
+from ._build import (
+    build_expert as build_expert,
+    build_horizon as build_horizon,
+    build_learned_optimizer as build_learned_optimizer,
+    build_meta_optimizer as build_meta_optimizer,
+    build_problems as build_problems,
+    build_supervision as build_supervision,
+    EXPERTS as EXPERTS,
+    HORIZONS as HORIZONS,
+    initial_loss as initial_loss,
+    OPTIMIZERS as OPTIMIZERS,
+    SUPERVISIONS as SUPERVISIONS,
+)
+from ._difficulty import (
+    difficulty_init as difficulty_init,
+    difficulty_reset as difficulty_reset,
+    difficulty_update as difficulty_update,
+    DifficultyState as DifficultyState,
+    FAILURE_LOSS as FAILURE_LOSS,
+    sanitize_loss as sanitize_loss,
+)
+from ._inner_problem import (
+    InnerProblem as InnerProblem,
+    Particle as Particle,
+    Restart as Restart,
+    Side as Side,
+    SideStep as SideStep,
+    Snapshot as Snapshot,
+    UnrollSettings as UnrollSettings,
+)
+from ._meta_loss import mix_deltas as mix_deltas, rms_normalize as rms_normalize
+from ._meta_step import meta_gradient as meta_gradient
+from ._pes import pes_grad as pes_grad, Unrolled as Unrolled
+from ._records import StepRecord as StepRecord
+from ._step_stats import StepStats as StepStats
+from ._supervision import (
+    AbstractSupervision as AbstractSupervision,
+    AlternatingSupervision as AlternatingSupervision,
+    LossDeltas as LossDeltas,
+    NoSupervision as NoSupervision,
+    ProgressiveSupervision as ProgressiveSupervision,
+)
