@@ -52,6 +52,10 @@ from ._pes import (
     pes_combine as pes_combine,
     sample_perturbation as sample_perturbation,
 )
+from ._pretrained import (
+    available_pretrained as available_pretrained,
+    pretrained as pretrained,
+)
 from ._schedules import (
     ramp as ramp,
     SupervisionSchedule as SupervisionSchedule,

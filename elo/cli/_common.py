@@ -11,6 +11,16 @@ from typing import Any
 from .._config import MetaConfig
 
 
+def load_pretrained(target: str) -> Any:
+    """The shipped optimizer a `pretrained:NAME` argument names (errors become `CLIError`)."""
+    from .._pretrained import pretrained, PRETRAINED_SCHEME
+
+    try:
+        return pretrained(target[len(PRETRAINED_SCHEME) :])
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+
+
 class CLIError(Exception):
     """An error reported to the user as one line on stderr, with exit status 2."""
 

@@ -18,7 +18,8 @@ from .._evaluate import (
 )
 from .._export import load_optimizer
 from .._io import atomic_write
-from ._common import CLIError
+from .._pretrained import PRETRAINED_SCHEME
+from ._common import CLIError, load_pretrained as _pretrained
 
 
 DESCRIPTION = """\
@@ -90,10 +91,12 @@ def _resolve_target(target: str) -> tuple[Any, str, Path | None]:
     path = Path(target)
     if target in HAND_DESIGNED and not path.exists():
         return target, target, None
+    if target.startswith(PRETRAINED_SCHEME):
+        return _pretrained(target), target, None
     if not path.exists():
         raise CLIError(
             f"TARGET {target!r} is neither an existing run directory, checkpoint or optimizer "
-            f"file, nor one of {', '.join(HAND_DESIGNED)}."
+            f"file, nor one of {', '.join(HAND_DESIGNED)}, nor pretrained:NAME."
         )
     lo = load_optimizer(path)
     return lo, str(target), path if path.is_dir() else None

@@ -5,7 +5,8 @@ from pathlib import Path
 from typing import Any
 
 from .._export import export_pylo, load_optimizer, save_optimizer
-from ._common import CLIError
+from .._pretrained import PRETRAINED_SCHEME
+from ._common import CLIError, load_pretrained
 
 
 DESCRIPTION = """\
@@ -32,17 +33,28 @@ def add_parser(subparsers: Any) -> None:
         help="export a learned optimizer (plain .eqx, or PyLO/PyTorch safetensors)",
         description=DESCRIPTION,
     )
-    parser.add_argument("source", metavar="RUN", help="run directory, checkpoint or .eqx file")
+    parser.add_argument(
+        "source",
+        metavar="RUN",
+        help="run directory, checkpoint, .eqx file, or pretrained:NAME (a shipped optimizer)",
+    )
     parser.add_argument("--format", required=True, choices=("eqx", "pylo"), help="output format")
     parser.add_argument("--out", metavar="PATH", help="output file or directory")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    source = Path(args.source)
-    if not source.exists():
-        raise CLIError(f"{source} does not exist.")
-    lo = load_optimizer(source)
+    from_package = args.source.startswith(PRETRAINED_SCHEME)
+    if from_package:
+        if not args.out:
+            raise CLIError("exporting pretrained:NAME needs --out PATH.")
+        lo = load_pretrained(args.source)
+        source = Path(args.out)
+    else:
+        source = Path(args.source)
+        if not source.exists():
+            raise CLIError(f"{source} does not exist.")
+        lo = load_optimizer(source)
     base = source if source.is_dir() else source.parent / source.stem
     if args.format == "eqx":
         out = (
@@ -50,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             if args.out
             else (source / "optimizer.eqx" if source.is_dir() else Path(f"{base}.optimizer.eqx"))
         )
-        if out.resolve() == source.resolve():
+        if not from_package and out.resolve() == source.resolve():
             raise CLIError(f"--out {out} would overwrite the source; choose another path.")
         save_optimizer(out, lo)
     else:
