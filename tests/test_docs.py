@@ -1,0 +1,186 @@
+"""Every ```python block of README.md and docs/**/*.md runs.
+
+The blocks of one page run in order in one namespace (a later block may use what an earlier one
+defined), in a fresh temporary working directory, in this process: with the suite's four CPU
+devices, so that pages which meta-train the same preset share its compiled programs.
+
+The pages show real run lengths; the test shortens them, so that the whole file takes a minute
+or two on a 2-core CPU. Meta-training presets get `num_outer_steps` at most `OUTER_STEPS`, and
+`elo.evaluate` / `elo.lr_sweep` train for at most `INNER_STEPS` steps and evaluate once at the
+end. `elo.init` is pure, so a state built for the same configuration and key is reused across
+pages, and with it the compiled `elo.meta_step` (each fresh state would compile its own). Set
+`ELO_DOCS_FULL=1` to run the blocks exactly as written.
+
+A block that cannot run here (optional dependencies, several processes, your own files) starts
+with the line `# docs: skip (REASON)`; the reason is required.
+"""
+
+import functools
+import os
+import re
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import numpy as np
+import pytest
+
+import elo
+
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTER_STEPS = 3
+INNER_STEPS = 10
+
+_FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
+_SKIP = re.compile(r"#\s*docs:\s*skip\b(?P<reason>.*)")
+
+
+class Block(NamedTuple):
+    line: int  # 1-based line number of the block's first code line
+    code: str
+    skip: str | None  # the reason, if the block is marked to be skipped
+
+
+def extract_python_blocks(markdown: str) -> list[Block]:
+    """The fenced ```python blocks of a Markdown text, dedented."""
+    lines = markdown.splitlines()
+    blocks = []
+    i = 0
+    while i < len(lines):
+        opening = _FENCE.match(lines[i])
+        if opening is None:
+            i += 1
+            continue
+        fence = opening["fence"]
+        closing = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
+        end = i + 1
+        while end < len(lines) and closing.match(lines[end]) is None:
+            end += 1
+        language = opening["info"].split()[0] if opening["info"].strip() else ""
+        if language in ("python", "py"):
+            code = textwrap.dedent("\n".join(lines[i + 1 : end])) + "\n"
+            marker = _SKIP.match(code)
+            reason = None if marker is None else marker["reason"].strip(" ()")
+            if reason == "":
+                raise ValueError(f"line {i + 2}: `# docs: skip` needs a reason")
+            blocks.append(Block(i + 2, code, reason))
+        i = end + 1
+    return blocks
+
+
+def _pages() -> list[Path]:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [page for page in pages if extract_python_blocks(page.read_text())]
+
+
+def _shortened(function: Callable, shorten: Callable[[dict], None]) -> Callable:
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        shorten(kwargs)
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+def _short_outer(kwargs: dict) -> None:
+    kwargs["num_outer_steps"] = min(kwargs.get("num_outer_steps", OUTER_STEPS), OUTER_STEPS)
+
+
+def _short_inner(kwargs: dict) -> None:
+    kwargs["num_steps"] = min(kwargs["num_steps"], INNER_STEPS)
+    kwargs["eval_every"] = kwargs["num_steps"]
+
+
+_STATES = {}
+
+
+def _reused_init(init: Callable) -> Callable:
+    @functools.wraps(init)
+    def wrapper(config, *, key, tasks=None):
+        if tasks is not None:
+            return init(config, key=key, tasks=tasks)
+        seed = tuple(np.asarray(jax.random.key_data(key)).ravel().tolist())
+        if (config, seed) not in _STATES:
+            _STATES[config, seed] = init(config, key=key)
+        return _STATES[config, seed]
+
+    return wrapper
+
+
+@pytest.fixture
+def short_runs(monkeypatch):
+    if os.environ.get("ELO_DOCS_FULL"):
+        return
+    for name in elo.presets.PRESETS:
+        preset = getattr(elo.presets, name)
+        monkeypatch.setattr(elo.presets, name, _shortened(preset, _short_outer))
+    monkeypatch.setattr(elo, "evaluate", _shortened(elo.evaluate, _short_inner))
+    monkeypatch.setattr(elo, "lr_sweep", _shortened(elo.lr_sweep, _short_inner))
+    monkeypatch.setattr(elo, "init", _reused_init(elo.init))
+
+
+def _tutorial_setup() -> None:
+    # The tutorial's Python reads what its `elo export` shell command wrote; an untrained
+    # optimizer stands in for the meta-trained one.
+    Path("runs/tutorial").mkdir(parents=True)
+    elo.save_optimizer("runs/tutorial/optimizer.eqx", elo.SmallFC(key=jax.random.key(0)))
+
+
+# What a page's Python expects to find on disk, made before its first block runs.
+SETUP = {"docs/tutorial.md": _tutorial_setup}
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda page: str(page.relative_to(ROOT)))
+def test_python_blocks_run(page, tmp_path, monkeypatch, short_runs):
+    name = str(page.relative_to(ROOT))
+    monkeypatch.chdir(tmp_path)
+    if name in SETUP:
+        SETUP[name]()
+    blocks = extract_python_blocks(page.read_text())
+    namespace = {"__name__": "__docs__"}
+    for block in blocks:
+        if block.skip is not None:
+            continue
+        # Padding keeps the line numbers of tracebacks those of the Markdown file.
+        source = "\n" * (block.line - 1) + block.code
+        exec(compile(source, str(page), "exec"), namespace)
+    if all(block.skip is not None for block in blocks):
+        pytest.skip("; ".join(block.skip for block in blocks if block.skip))
+
+
+def test_extract_python_blocks():
+    markdown = textwrap.dedent(
+        """\
+        Text.
+
+        ```python
+        a = 1
+        ```
+
+        ```bash
+        echo no
+        ```
+
+        - In a list:
+
+          ```python
+          if a:
+              b = 2
+          ```
+
+        ~~~~py title="x.py"
+        # docs: skip (needs torch)
+        import torch
+        ~~~~
+        """
+    )
+    assert extract_python_blocks(markdown) == [
+        Block(4, "a = 1\n", None),
+        Block(14, "if a:\n    b = 2\n", None),
+        Block(19, "# docs: skip (needs torch)\nimport torch\n", "needs torch"),
+    ]
+    with pytest.raises(ValueError, match="needs a reason"):
+        extract_python_blocks("```python\n# docs: skip\nx\n```\n")
