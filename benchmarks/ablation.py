@@ -352,9 +352,10 @@ def main() -> None:
     horizons = [int(h) for h in args.horizons.split(",") if h]
     results = Path(args.results_dir)
     if args.report:
-        from ablation_report import report  # noqa: PLC0415 (the report is its own file)
+        sys.path.insert(0, str(Path(__file__).parent))
+        from ablation_report import report
 
-        report(results, ARMS, tasks, horizons)
+        report(results, ARMS, tasks, horizons, docs_images=Path("docs/images/ablation"))
         return
     settings = {
         "meta_steps": args.meta_steps,

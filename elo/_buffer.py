@@ -202,12 +202,13 @@ def should_push(
     max_before: Real[ArrayLike, "*batch"],
     max_after: Real[ArrayLike, "*batch"],
     unroll_ended: Bool[ArrayLike, "*batch"],
+    failed: Bool[ArrayLike, "*batch"] | None = None,
 ) -> Bool[Array, "*batch"]:
     r"""ELO's push rule, evaluated after each truncation window of $R$ inner steps.
 
     Push if the running maximum $M$ of the difficulty score rose during the window (a new record
-    draw-up: the run is struggling) or if a run ended in the window:
-    `push = (max_after > max_before) | unroll_ended`.
+    draw-up: the run is struggling) or if a run ended in the window, unless the window belongs to
+    a failed run: `push = ((max_after > max_before) | unroll_ended) & ~failed`.
 
     The snapshot to push is the one taken at the **start** of the window (the caller keeps it).
     This is the implementable, online form of the paper's rule "push $s_{\max(K, n^* - R)}$ with
@@ -220,12 +221,16 @@ def should_push(
     - `max_before`: $M$ at the start of the window.
     - `max_after`: $M$ at the end of the window.
     - `unroll_ended`: whether a run ended (was done) during the window.
+    - `failed`: whether the window belongs to a failed run, one the divergence rule ended or
+      that went non-finite in it, or that started above the divergence bound (`None`: never,
+      as in the paper and the reference).
 
     **Returns:**
 
     A boolean array, elementwise.
     """
-    return (jnp.asarray(max_after) > jnp.asarray(max_before)) | jnp.asarray(unroll_ended, bool)
+    push = (jnp.asarray(max_after) > jnp.asarray(max_before)) | jnp.asarray(unroll_ended, bool)
+    return push if failed is None else push & ~jnp.asarray(failed, bool)
 
 
 def record_window(

@@ -5,6 +5,7 @@ names (the `Literal` types of `_config`), checkpoints look learned-optimizer cla
 `OPTIMIZERS`.
 """
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import get_args
@@ -126,13 +127,28 @@ def build_horizon(config: MetaConfig) -> AbstractHorizon:
 def build_expert(
     config: MetaConfig, lo: AbstractLearnedOptimizer
 ) -> optax.GradientTransformation | None:
-    """The expert named by `config.expert` (with the learned optimizer's $\\beta_2$), or `None`."""
+    """The expert named by `config.expert` (with the learned optimizer's $\\beta_2$), or `None`.
+
+    Equal settings give the *same* object: an optax transformation is a pair of closures that
+    compares by identity, and it is a static part of the compiled meta-step, so a new one per
+    `elo.init` would recompile the meta-step for every new state of the same run.
+    """
     if config.expert == "none":
         return None
-    schedule = expert_lr_schedule(
-        config.expert_lr_max, config.expert_lr_min, config.expert_lr_decay_steps
+    return _expert(
+        config.expert,
+        config.expert_lr_max,
+        config.expert_lr_min,
+        config.expert_lr_decay_steps,
+        lo.expert_b2,
     )
-    return EXPERTS[config.expert](schedule, b2=lo.expert_b2)
+
+
+@functools.cache
+def _expert(
+    name: str, lr_max: float, lr_min: float, decay_steps: int, b2: float
+) -> optax.GradientTransformation:
+    return EXPERTS[name](expert_lr_schedule(lr_max, lr_min, decay_steps), b2=b2)
 
 
 def build_supervision(config: MetaConfig) -> AbstractSupervision:

@@ -20,14 +20,11 @@ from ._io import (
     serialise,
     write_framed,
 )
+from ._run_dir import RUN_CHECKPOINT
 from .optimizers._base import AbstractLearnedOptimizer
 from .optimizers._celo2 import Celo2
 from .optimizers._newton_schulz import NS_COEFFS
 from .optimizers._small_fc import SmallFC
-
-
-RUN_CHECKPOINT = "checkpoint.eqx"
-"""The checkpoint file of a run directory written by `elo meta-train`."""
 
 
 def save_optimizer(path: str | os.PathLike, lo: AbstractLearnedOptimizer) -> None:

@@ -471,10 +471,13 @@ class InnerProblem(eqx.Module):
         max_before = jnp.mean(before.difficulty.max_score)
         max_after = jnp.mean(after.difficulty.max_score)
         ended = jnp.any(records.ended)
-        push = should_push(max_before, max_after, ended)
+        failed = None
         if self.settings.resets_diverged:
-            failed = jnp.any(records.diverged | records.nonfinite)
-            push = push & ~failed & ~jnp.any(before.steps_over_bound > 0)
-        buffer = buffer_push(after.buffer, snapshot, push)
+            failed = jnp.any(records.diverged | records.nonfinite) | jnp.any(
+                before.steps_over_bound > 0
+            )
+        buffer = buffer_push(
+            after.buffer, snapshot, should_push(max_before, max_after, ended, failed)
+        )
         aligned = jnp.broadcast_to(max_after, (2,))
         return eqx.tree_at(lambda p: (p.buffer, p.difficulty.max_score), after, (buffer, aligned))

@@ -228,6 +228,11 @@ def test_should_push_truth_table():
     after = jnp.array([1.0, 2.0, 1.0, 2.0])
     ended = jnp.array([False, False, True, True])
     np.testing.assert_array_equal(should_push(before, after, ended), [False, True, True, True])
+    # A failed window is never pushed, whatever else happened in it.
+    failed = jnp.asarray([True, True, False, True])
+    np.testing.assert_array_equal(
+        should_push(before, after, ended, failed), [False, False, True, False]
+    )
     assert bool(jax.jit(should_push)(0.0, 0.0, True))
 
 

@@ -236,8 +236,13 @@ def test_features_do_not_depend_on_the_tree_around_a_tensor(lo, update_fn):
     # different pytrees gets the same update, up to float32 rounding. Small tensors share their
     # MLP matmuls with their neighbours, which changes the summation order, so an element's
     # rounding error is relative to the size of the MLP's terms (~ the largest update), not to
-    # the element: a few float32 ulps of the tensor's largest update.
+    # the element: a few float32 ulps of the tensor's largest update (1e-6 ~ 8 ulps). Celo2 then
+    # orthogonalises the MLP's output with five Newton-Schulz iterations (15 more matmuls in
+    # sequence, each rounding again), so its bound is 4e-6 ~ 32 ulps; a feature that depended
+    # on the neighbours would change the update by orders of magnitude more. (12 ulps were
+    # measured for Celo2 on a 2-core AMD EPYC host with jax 0.10.2.)
     lo = type(lo)(weights=lo.export_weights(), clip_grad=False)
+    ulps = 4e-6 if isinstance(lo, Celo2) else 1e-6
     x = jax.random.normal(jax.random.key(0), (6, 10))
     gx = jax.random.normal(jax.random.key(1), (6, 10))
     tree_a = {"x": x}
@@ -248,7 +253,7 @@ def test_features_do_not_depend_on_the_tree_around_a_tensor(lo, update_fn):
         ua, state_a = update_fn(lo, {"x": gx}, state_a, tree_a)
         ub, state_b = update_fn(lo, grads_b, state_b, tree_b)
         scale = float(jnp.max(jnp.abs(ua["x"])))
-        np.testing.assert_allclose(ua["x"], ub["a"][1]["inner"], rtol=1e-6, atol=1e-6 * scale)
+        np.testing.assert_allclose(ua["x"], ub["a"][1]["inner"], rtol=1e-6, atol=ulps * scale)
 
 
 def test_jit_and_vmap_over_optimizee_states(lo, update_fn):

@@ -25,20 +25,16 @@ from .._build import build_meta_optimizer
 from .._checkpoint import config_differences, load, optimizer_spec, read_checkpoint, save
 from .._config import MetaConfig
 from .._cpu import use_cpu_cores
-from .._export import load_optimizer, RUN_CHECKPOINT, save_optimizer
+from .._export import load_optimizer, save_optimizer
 from .._io import atomic_write, CheckpointError, remove_stale_temporaries
 from .._mesh import particle_mesh, place
 from .._meta_step import meta_step
+from .._run_dir import BEST_OPTIMIZER, CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_CHECKPOINT
 from .._state import init, MetaState
 from .._validation import validate
 from ..tasks import get_task
 from ._common import CLIError, parse_overrides
 
-
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.jsonl"
-BEST_OPTIMIZER = "best_optimizer.eqx"
-LOCK_FILE = ".lock"
 
 DESCRIPTION = """\
 Meta-train a learned optimizer from a preset, in a run directory that can be resumed.
@@ -631,7 +627,7 @@ def _loop(
     # for a run of minutes, so the bar that estimates the time left starts after it.
     bar = progress(start, "meta-train (compiling)", leave=False)
 
-    def save_now(step: int) -> None:
+    def save_now() -> None:
         if metrics_file is not None:
             metrics_file.flush()
             os.fsync(metrics_file.fileno())
@@ -655,7 +651,8 @@ def _loop(
     )
     step = start
     saved_at = start
-    dog = watchdog.__enter__()
+    stack = contextlib.ExitStack()
+    dog = stack.enter_context(watchdog)
     try:
         for t in range(start, total):
             started = time.perf_counter()
@@ -677,12 +674,12 @@ def _loop(
                 bar.update(1)
             bar.set_postfix(meta_loss=f"{metrics['meta_loss']:.4f}", refresh=False)
             if step % every == 0 or step == total:
-                save_now(step)
+                save_now()
                 saved_at = step
     except KeyboardInterrupt:
         bar.close()
         if saved_at != step:
-            save_now(step)
+            save_now()
             done = f"checkpoint saved at outer step {step}"
         elif step > 0:
             done = f"the checkpoint of outer step {step} is up to date"
@@ -695,7 +692,7 @@ def _loop(
         )
         return 130
     finally:
-        watchdog.__exit__(None, None, None)
+        stack.close()
         bar.close()
         if metrics_file is not None:
             metrics_file.close()

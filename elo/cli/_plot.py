@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 
 from .._evaluate import Evaluation, EVALUATION_FORMAT
+from .._run_dir import METRICS_FILE
 from ._common import CLIError
-from ._meta_train import METRICS_FILE, read_metrics, read_validation
+from ._meta_train import read_metrics, read_validation
 
 
 DESCRIPTION = """\
