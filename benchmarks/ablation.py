@@ -169,7 +169,7 @@ def meta_train(arm: str, seed: int, args) -> Path:
 
 
 def summarise_run(run: Path, arm: str, seed: int, args) -> dict[str, Any]:
-    from elo.cli._meta_train import read_metrics, read_validation
+    from elo.cli._metrics_file import read_metrics, read_validation
 
     records = read_metrics(run / "metrics.jsonl")
     checks = read_validation(run / "metrics.jsonl")

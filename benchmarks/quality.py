@@ -37,7 +37,7 @@ from elo._build import build_learned_optimizer
 from elo._evaluate import evaluate, log_grid, lr_sweep
 from elo._export import load_optimizer
 from elo.cli import main as elo_main
-from elo.cli._meta_train import read_metrics
+from elo.cli._metrics_file import read_metrics
 from elo.cli._plot import plot_meta_training
 
 

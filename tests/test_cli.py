@@ -23,7 +23,7 @@ from elo._checkpoint import read_checkpoint
 from elo._export import load_optimizer, save_optimizer
 from elo.cli import main
 from elo.cli._common import CLIError, parse_overrides
-from elo.cli._meta_train import read_metrics, scan_records
+from elo.cli._metrics_file import read_metrics, scan_records
 
 from .test_checkpoint import bitwise_equal, tiny_config
 

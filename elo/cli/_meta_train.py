@@ -5,9 +5,7 @@ import contextlib
 import fcntl
 import json
 import logging
-import math
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -25,15 +23,15 @@ from .._build import build_meta_optimizer
 from .._checkpoint import config_differences, load, optimizer_spec, read_checkpoint, save
 from .._config import MetaConfig
 from .._cpu import use_cpu_cores
-from .._export import load_optimizer, save_optimizer
+from .._export import load_optimizer
 from .._io import atomic_write, CheckpointError, remove_stale_temporaries
 from .._mesh import particle_mesh, place
 from .._meta_step import meta_step
 from .._run_dir import BEST_OPTIMIZER, CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_CHECKPOINT
 from .._state import init, MetaState
-from .._validation import validate
-from ..tasks import get_task
 from ._common import CLIError, parse_overrides
+from ._metrics_file import aside_name, clean_record, read_validation, repair_metrics
+from ._validator import validation_settings, Validator
 
 
 DESCRIPTION = """\
@@ -173,96 +171,6 @@ def build_config(preset: str, steps: int | None, overrides: list[str]) -> MetaCo
         return presets.get_preset(preset, **fields)
     except (TypeError, ValueError) as e:
         raise CLIError(str(e)) from None
-
-
-def _clean(record: dict[str, Any]) -> dict[str, Any]:
-    """Non-finite floats become null, so every line is strict JSON."""
-    return {
-        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()
-    }
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The per-outer-step records of a metrics file (see [`read_records`][])."""
-    return [r for r in read_records(path) if "validation" not in r]
-
-
-def read_validation(path: Path) -> list[dict[str, Any]]:
-    """The validation records of a metrics file (written by `--validate-every`)."""
-    return [r for r in read_records(path) if isinstance(r.get("validation"), dict)]
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Every valid record of a metrics file. Unreadable lines are skipped (`elo meta-train`
-    reports them and keeps a copy when it resumes), and so is a torn last line."""
-    return [record for _, record in scan_records(path)[0]]
-
-
-def scan_records(path: Path) -> tuple[list[tuple[bytes, dict[str, Any]]], list[int], bool]:
-    """Read a metrics file line by line.
-
-    **Arguments:**
-
-    - `path`: a `metrics.jsonl`; a missing file has no records.
-
-    **Returns:**
-
-    `(records, unreadable, torn)`: every valid record with its line as written, the 1-based
-    numbers of the complete lines that are not a JSON object with an integer `step`, and whether
-    the last line is torn (no final newline: the writer was killed mid-line).
-    """
-    records, unreadable, torn = [], [], False
-    if not path.is_file():
-        return records, unreadable, torn
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.endswith(b"\n"):
-                torn = True
-                break
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
-            step = record.get("step") if isinstance(record, dict) else None
-            if isinstance(step, int) and not isinstance(step, bool):
-                records.append((line, record))
-            else:
-                unreadable.append(number)
-    return records, unreadable, torn
-
-
-def _repair_metrics(path: Path, step: int) -> None:
-    """Keep the records of steps `<= step` (those the checkpoint contains), atomically.
-
-    A torn last line is dropped without a word: it belongs to a step after the checkpoint, which
-    the resumed run writes again. Unreadable lines cannot be placed in time, so the file as it was
-    is copied aside first and they are reported on stderr.
-    """
-    records, unreadable, torn = scan_records(path)
-    keep = [line for line, record in records if record["step"] <= step]
-    if not unreadable and not torn and len(keep) == len(records):
-        return
-    if unreadable:
-        aside = _aside(path, "corrupt")
-        shutil.copyfile(path, aside)
-        shown = ", ".join(map(str, unreadable[:5])) + (", ..." if len(unreadable) > 5 else "")
-        plural = "s" if len(unreadable) > 1 else ""
-        print(
-            f"elo: warning: {path}: {len(unreadable)} unreadable line{plural} ({shown}) left out "
-            f"of the run's metrics; the file as it was is kept in {aside}.",
-            file=sys.stderr,
-        )
-    atomic_write(path, keep)
-
-
-def _aside(path: Path, tag: str) -> Path:
-    """A free name next to `path` for keeping a copy of it: `NAME.TAG-YYYYmmddTHHMMSS`."""
-    stem = f"{path.name}.{tag}-{time.strftime('%Y%m%dT%H%M%S')}"
-    target, n = path.with_name(stem), 1
-    while target.exists():
-        n += 1
-        target = path.with_name(f"{stem}-{n}")
-    return target
 
 
 @contextlib.contextmanager
@@ -438,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("elo").setLevel(logging.INFO)
         distributed.initialize()
     config = build_config(args.preset, args.steps, args.set)
-    validation = _validation_settings(args, config)
+    validation = validation_settings(args, config)
     if args.checkpoint_every < 1:
         raise CLIError(
             f"--checkpoint-every must be a positive integer, got {args.checkpoint_every}."
@@ -497,7 +405,7 @@ def _run(
                 f"does not record the seed (--seed {args.seed} is assumed).",
                 file=sys.stderr,
             )
-        _repair_metrics(metrics_path, start)
+        repair_metrics(metrics_path, start)
     if start >= total:
         print(
             f"{out}: the run is complete ({start} of {total} outer steps). To train on from its "
@@ -509,7 +417,7 @@ def _run(
     timeout = args.step_timeout if args.distributed else None
     validator = None
     if validation is not None:
-        validator = _Validator(out, *validation)
+        validator = Validator(out, *validation)
         if start == 0 and not any(r["step"] == 0 for r in read_validation(metrics_path)):
             validator(state, 0)
     return _loop(
@@ -531,7 +439,7 @@ def _replace_earlier_start(out: Path, earlier: str) -> None:
     kept = []
     for path in (out / METRICS_FILE, out / BEST_OPTIMIZER):
         if path.exists():
-            aside = _aside(path, "replaced")
+            aside = aside_name(path, "replaced")
             os.replace(path, aside)
             kept.append(f"its {path.name} is kept as {aside.name}")
     note = "; ".join(kept) if kept else "it wrote no metrics"
@@ -540,58 +448,6 @@ def _replace_earlier_start(out: Path, earlier: str) -> None:
         f"this command's settings ({note}).",
         file=sys.stderr,
     )
-
-
-def _validation_settings(args: argparse.Namespace, config: MetaConfig) -> tuple | None:
-    if args.validate_every < 0:
-        raise CLIError(f"--validate-every must be 0 or positive, got {args.validate_every}.")
-    if args.validate_every == 0:
-        return None
-    if args.validate_steps < 1:
-        raise CLIError(f"--validate-steps must be a positive integer, got {args.validate_steps}.")
-    if args.distributed:
-        raise CLIError(
-            "--validate-every does not combine with --distributed; validate the run's "
-            "checkpoints afterwards with elo.validate."
-        )
-    task = args.validate_task or config.tasks[0]
-    try:
-        get_task(task, batch_size=config.batch_size, data_dir=config.data_dir)
-    except (ValueError, FileNotFoundError) as e:
-        raise CLIError(f"--validate-task: {e}") from None
-    return args.validate_every, args.validate_steps, task, config
-
-
-class _Validator:
-    """Scores the learned optimizer alone every `every` outer steps, logs the result to
-    metrics.jsonl and keeps the best-scoring optimizer in best_optimizer.eqx."""
-
-    def __init__(self, out: Path, every: int, num_steps: int, task: str, config: MetaConfig):
-        self.out, self.every, self.num_steps = out, every, num_steps
-        self.task = get_task(task, batch_size=config.batch_size, data_dir=config.data_dir)
-        scores = [r["validation"]["score"] for r in read_validation(out / METRICS_FILE)]
-        self.best = min(scores) if scores else math.inf
-
-    def due(self, step: int, total: int) -> bool:
-        return step % self.every == 0 or step == total
-
-    def __call__(self, state: MetaState, step: int, metrics_file: Any = None) -> float:
-        started = time.perf_counter()
-        result = validate(state.learned_optimizer, self.task, num_steps=self.num_steps)
-        record = {"step": step, "seconds": time.perf_counter() - started}
-        record["validation"] = result.to_dict()
-        best = result.score < self.best
-        if best:
-            self.best = result.score
-            save_optimizer(self.out / BEST_OPTIMIZER, state.learned_optimizer)
-        record["best"] = best
-        line = json.dumps(record, allow_nan=False) + "\n"
-        if metrics_file is not None:
-            metrics_file.write(line)
-        else:
-            with open(self.out / METRICS_FILE, "a") as f:
-                f.write(line)
-        return result.score
 
 
 def _loop(
@@ -603,7 +459,7 @@ def _loop(
     every: int,
     no_progress: bool,
     step_timeout: float | None = None,
-    validator: "_Validator | None" = None,
+    validator: "Validator | None" = None,
 ) -> int:
     from tqdm.auto import tqdm
 
@@ -659,7 +515,9 @@ def _loop(
             with dog.step(t) if dog is not None else contextlib.nullcontext():
                 new_state = meta_step(state, jr.fold_in(run_key, t))
                 metrics = new_state.metrics.to_dict()
-            line = _clean({"step": t + 1, "seconds": time.perf_counter() - started, **metrics})
+            line = clean_record(
+                {"step": t + 1, "seconds": time.perf_counter() - started, **metrics}
+            )
             if metrics_file is not None:
                 metrics_file.write(json.dumps(line, allow_nan=False) + "\n")
             # The metrics line is written before the state advances, so an interruption

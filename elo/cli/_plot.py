@@ -10,7 +10,7 @@ import numpy as np
 from .._evaluate import Evaluation, EVALUATION_FORMAT
 from .._run_dir import METRICS_FILE
 from ._common import CLIError
-from ._meta_train import read_metrics, read_validation
+from ._metrics_file import read_metrics, read_validation
 
 
 DESCRIPTION = """\

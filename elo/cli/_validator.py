@@ -1,0 +1,69 @@
+"""`elo meta-train --validate-every`: the learned optimizer alone, scored during meta-training."""
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from .._config import MetaConfig
+from .._export import save_optimizer
+from .._run_dir import BEST_OPTIMIZER, METRICS_FILE
+from .._state import MetaState
+from .._validation import validate
+from ..tasks import get_task
+from ._common import CLIError
+from ._metrics_file import read_validation
+
+
+def validation_settings(args: argparse.Namespace, config: MetaConfig) -> tuple | None:
+    if args.validate_every < 0:
+        raise CLIError(f"--validate-every must be 0 or positive, got {args.validate_every}.")
+    if args.validate_every == 0:
+        return None
+    if args.validate_steps < 1:
+        raise CLIError(f"--validate-steps must be a positive integer, got {args.validate_steps}.")
+    if args.distributed:
+        raise CLIError(
+            "--validate-every does not combine with --distributed; validate the run's "
+            "checkpoints afterwards with elo.validate."
+        )
+    task = args.validate_task or config.tasks[0]
+    try:
+        get_task(task, batch_size=config.batch_size, data_dir=config.data_dir)
+    except (ValueError, FileNotFoundError) as e:
+        raise CLIError(f"--validate-task: {e}") from None
+    return args.validate_every, args.validate_steps, task, config
+
+
+class Validator:
+    """Scores the learned optimizer alone every `every` outer steps, logs the result to
+    metrics.jsonl and keeps the best-scoring optimizer in best_optimizer.eqx."""
+
+    def __init__(self, out: Path, every: int, num_steps: int, task: str, config: MetaConfig):
+        self.out, self.every, self.num_steps = out, every, num_steps
+        self.task = get_task(task, batch_size=config.batch_size, data_dir=config.data_dir)
+        scores = [r["validation"]["score"] for r in read_validation(out / METRICS_FILE)]
+        self.best = min(scores) if scores else math.inf
+
+    def due(self, step: int, total: int) -> bool:
+        return step % self.every == 0 or step == total
+
+    def __call__(self, state: MetaState, step: int, metrics_file: Any = None) -> float:
+        started = time.perf_counter()
+        result = validate(state.learned_optimizer, self.task, num_steps=self.num_steps)
+        record = {"step": step, "seconds": time.perf_counter() - started}
+        record["validation"] = result.to_dict()
+        best = result.score < self.best
+        if best:
+            self.best = result.score
+            save_optimizer(self.out / BEST_OPTIMIZER, state.learned_optimizer)
+        record["best"] = best
+        line = json.dumps(record, allow_nan=False) + "\n"
+        if metrics_file is not None:
+            metrics_file.write(line)
+        else:
+            with open(self.out / METRICS_FILE, "a") as f:
+                f.write(line)
+        return result.score
