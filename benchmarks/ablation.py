@@ -286,22 +286,32 @@ def run_job(arm: str, seed: int, args, tasks, horizons) -> None:
     done = results / "evaluation.json"
     if done.is_file():
         return
-    started = time.perf_counter()
-    run = meta_train(arm, seed, args)
-    meta = summarise_run(run, arm, seed, args)
-    trained = time.perf_counter() - started
-    log(
-        f"{arm} s{seed}: meta-trained {meta['outer_steps']} steps "
-        f"({meta['seconds_meta_steps']:.0f} s steps + {meta['seconds_validation']:.0f} s "
-        f"validation; this call {trained:.0f} s); "
-        f"best validation {meta['best_validation_score']:.3f} "
-        f"at step {meta['best_validation_step']}; diverged {meta['totals']['diverged']}"
-    )
-    final = load_optimizer(run)
-    best = load_optimizer(run / "best_optimizer.eqx")
-    save_optimizer(results / "final_optimizer.eqx", final)
-    save_optimizer(results / "best_optimizer.eqx", best)
-    write_json(results / "meta.json", meta)
+    if all(
+        (results / f).is_file() for f in ("meta.json", "final_optimizer.eqx", "best_optimizer.eqx")
+    ):
+        # Meta-training finished in an earlier call (perhaps on another machine, whose run
+        # directory is gone): its summary and both optimizers are in the results.
+        meta = json.loads((results / "meta.json").read_text())
+        final = load_optimizer(results / "final_optimizer.eqx")
+        best = load_optimizer(results / "best_optimizer.eqx")
+    else:
+        started = time.perf_counter()
+        run = meta_train(arm, seed, args)
+        meta = summarise_run(run, arm, seed, args)
+        meta["environment"] = environment()  # the code and machine this run was trained with
+        trained = time.perf_counter() - started
+        log(
+            f"{arm} s{seed}: meta-trained {meta['outer_steps']} steps "
+            f"({meta['seconds_meta_steps']:.0f} s steps + {meta['seconds_validation']:.0f} s "
+            f"validation; this call {trained:.0f} s); "
+            f"best validation {meta['best_validation_score']:.3f} "
+            f"at step {meta['best_validation_step']}; diverged {meta['totals']['diverged']}"
+        )
+        final = load_optimizer(run)
+        best = load_optimizer(run / "best_optimizer.eqx")
+        save_optimizer(results / "final_optimizer.eqx", final)
+        save_optimizer(results / "best_optimizer.eqx", best)
+        write_json(results / "meta.json", meta)
     evaluation: dict[str, Any] = {}
     for which, lo in (("final", final), ("best", best)):
         if which == "best" and meta["best_validation_step"] == meta["outer_steps"]:
