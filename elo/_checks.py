@@ -16,6 +16,18 @@ def is_finite_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def seed_tuple(seeds: Any) -> tuple[int, ...]:
+    """`K` → seeds `0..K-1`; a sequence of seeds → a tuple; anything else a ValueError."""
+    if isinstance(seeds, bool) or (isinstance(seeds, int) and seeds < 1):
+        raise ValueError(f"seeds must be a positive count or a list of seeds, got {seeds}.")
+    if isinstance(seeds, int):
+        return tuple(range(seeds))
+    out = tuple(int(s) for s in seeds)
+    if not out:
+        raise ValueError("seeds must not be empty.")
+    return out
+
+
 def concrete(value: Any) -> float | None:
     """The value as a Python float, or `None` if it is traced (and so cannot be validated)."""
     if isinstance(value, Tracer):

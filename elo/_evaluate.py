@@ -13,7 +13,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int
 
-from ._checks import is_int_at_least
+from ._checks import is_int_at_least, seed_tuple
 from ._custom_types import Params, Scalar
 from .optimizers._base import AbstractLearnedOptimizer
 from .optimizers._optax import as_optax
@@ -309,16 +309,7 @@ def _check_run_args(num_steps: Any, eval_every: Any, seeds: Any) -> tuple[int, t
     if not is_int_at_least(eval_every, 1):
         raise ValueError(f"eval_every must be a positive integer, got {eval_every!r}.")
     eval_every = min(eval_every, num_steps)
-    if isinstance(seeds, bool):
-        raise ValueError(f"seeds must be a positive count or a list of seeds, got {seeds}.")
-    if isinstance(seeds, int):
-        if seeds < 1:
-            raise ValueError(f"seeds must be a positive count or a list of seeds, got {seeds}.")
-        seeds = tuple(range(seeds))
-    else:
-        seeds = tuple(int(s) for s in seeds)
-        if not seeds:
-            raise ValueError("seeds must not be empty.")
+    seeds = seed_tuple(seeds)
     return eval_every, seeds
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float
 
-from ._checks import is_int_at_least
+from ._checks import is_int_at_least, seed_tuple
 from ._custom_types import Params
 from .optimizers._base import AbstractLearnedOptimizer
 from .optimizers._optax import as_optax
@@ -149,16 +149,7 @@ def validate(
     scales = tuple(float(s) for s in scales)
     if not scales or not all(math.isfinite(s) and s > 0 for s in scales):
         raise ValueError(f"scales must be a non-empty list of positive numbers, got {scales}.")
-    if isinstance(seeds, bool):
-        raise ValueError(f"seeds must be a positive count or a list of seeds, got {seeds}.")
-    if isinstance(seeds, int):
-        if seeds < 1:
-            raise ValueError(f"seeds must be a positive count or a list of seeds, got {seeds}.")
-        seeds = tuple(range(seeds))
-    else:
-        seeds = tuple(int(s) for s in seeds)
-        if not seeds:
-            raise ValueError("seeds must not be empty.")
+    seeds = seed_tuple(seeds)
     if isinstance(task, str):
         name, task = task, get_task(task, batch_size=batch_size, data_dir=data_dir)
     elif isinstance(task, AbstractTask):
