@@ -70,7 +70,7 @@ def collect(results: Path, arms: dict[str, Any]) -> dict[str, dict[int, dict[str
             if not (run / "evaluation.json").is_file():
                 continue
             evaluation = _load(run / "evaluation.json")
-            final = evaluation["final"]
+            final = evaluation.get("final")  # mechanism arms evaluate the selected one only
             selected = final if evaluation["best"].get("same_as") == "final" else evaluation["best"]
             out.setdefault(arm, {})[int(run.name[1:])] = {
                 "meta": _load(run / "meta.json"),
@@ -98,7 +98,7 @@ def summarise(results: Path, arms: dict[str, Any], tasks, horizons) -> dict[str,
                     values = {
                         s: _seed_value(r[selection]["held_out"][key], metric)
                         for s, r in seeds.items()
-                        if key in r[selection]["held_out"]
+                        if r[selection] is not None and key in r[selection]["held_out"]
                     }
                     if not values:
                         continue
@@ -115,7 +115,9 @@ def summarise(results: Path, arms: dict[str, Any], tasks, horizons) -> dict[str,
                         paired = [
                             v - _seed_value(runs["pes"][s][selection]["held_out"][key], metric)[0]
                             for s, (v, _) in values.items()
-                            if s in runs["pes"] and key in runs["pes"][s][selection]["held_out"]
+                            if s in runs["pes"]
+                            and runs["pes"][s][selection] is not None
+                            and key in runs["pes"][s][selection]["held_out"]
                         ]
                         if paired:
                             d_mean, d_half = _t_interval(np.asarray(paired))
@@ -150,7 +152,7 @@ def summarise(results: Path, arms: dict[str, Any], tasks, horizons) -> dict[str,
     return {
         "table": table,
         "adamw": adamw,
-        "verdict": verdict(table, adamw, tasks, horizons),
+        "verdict": verdict(table, adamw, tasks, horizons, planned=arms),
         "missing": missing(results, arms, runs),
     }
 
@@ -164,8 +166,9 @@ def missing(results: Path, arms: dict[str, Any], runs) -> list[str]:
     ]
 
 
-def verdict(table, adamw, tasks, horizons) -> dict[str, Any]:
-    """SCIENCE_REVIEW's decision rule for ELO vs PES, and the AdamW goal."""
+def verdict(table, adamw, tasks, horizons, planned) -> dict[str, Any]:
+    """SCIENCE_REVIEW's decision rule for ELO vs PES, and the AdamW goal; `decided` only once
+    PES and ELO have all their planned meta-training seeds (before that it is provisional)."""
     if "elo" not in table or "pes" not in table:
         return {"decided": False, "reason": "ELO or PES has no finished seed yet"}
     long = [h for h in horizons if h >= 5000]
@@ -196,8 +199,14 @@ def verdict(table, adamw, tasks, horizons) -> dict[str, Any]:
         entry = table["elo"]["selected/final"].get(key)
         if entry is not None and ref["final"] > 0:
             near_adamw[key] = entry["mean"] / ref["final"]
+    short = {
+        arm: f"{len(table[arm]['seeds'])} of {planned[arm].seeds} seeds"
+        for arm in ("pes", "elo")
+        if len(table[arm]["seeds"]) < planned[arm].seeds
+    }
     return {
-        "decided": True,
+        "decided": not short,
+        **({"provisional": short} if short else {}),
         "elo_beats_pes": bool(beats),
         "significant_wins_at_5k_and_10k": checks,
         "diverged_seed_task_horizons_at_5k_10k": diverged,
@@ -242,7 +251,7 @@ def markdown(summary: dict[str, Any], tasks, horizons, environment: dict[str, An
         )
         lines.append("")
         keys = [f"{t}@{h}" for t in tasks for h in horizons]
-        arms = list(table)
+        arms = [a for a in table if table[a][f"{selection}/final"]]
         header = [f"{table[a]['label']} (n={len(table[a]['seeds'])})" for a in arms]
         lines.append("| task @ steps | " + " | ".join(header) + " | AdamW, tuned (lr) |")
         lines.append("|---" * (len(arms) + 2) + "|")
