@@ -387,7 +387,10 @@ def main() -> None:
         sys.path.insert(0, str(Path(__file__).parent))
         from ablation_report import report
 
-        report(results, ARMS, tasks, horizons, docs_images=Path("docs/images/ablation"))
+        # Only the committed study's figures go to the docs, never a smaller trial's.
+        committed = results.resolve() == Path("benchmarks/results/ablation").resolve()
+        docs_images = Path("docs/images/ablation") if committed else None
+        report(results, ARMS, tasks, horizons, docs_images=docs_images)
         return
     settings = {
         "meta_steps": args.meta_steps,
