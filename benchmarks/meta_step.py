@@ -14,7 +14,12 @@ The CPU is split into one JAX device per core first (`elo.use_cpu_cores`, as `el
 does), so the particles are sharded over the cores; `--cpu-devices 1` measures one device that
 parallelises each operation with intra-op threads instead.
 
-Run: `python benchmarks/meta_step.py [--configs reference,elo_reference] [--steps 20]
+After the compiling first step, `--warmup` steps run untimed (the first steps after a compile or
+a pause run slower), then `--steps` are timed one by one; the JSON gives their minimum, median
+and maximum, the machine (CPU model, cores, jax version, device count) and the load average
+before and after, so that a figure can be compared only with one taken on the same machine.
+
+Run: `python benchmarks/meta_step.py [--configs reference,elo_reference] [--steps 30]
 [--cpu-devices auto|N]`. Writes `benchmarks/results/meta_step.json` (`meta_step_cpu1.json` with
 `--cpu-devices 1`). Nothing is asserted: these are measurements.
 """
@@ -25,11 +30,13 @@ import os
 import platform
 import resource
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import jax
 import jax.random as jr
+import jaxlib
 
 import elo
 
@@ -46,14 +53,29 @@ CONFIGS = {
 }
 
 
-def time_meta_steps(config: elo.MetaConfig, steps: int) -> tuple[elo.MetaState, dict]:
-    """`elo.init`, one compiling step, then `steps` timed steps: `(state, timings)`."""
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def time_meta_steps(config: elo.MetaConfig, steps: int, warmup: int) -> tuple[elo.MetaState, dict]:
+    """`elo.init`, one compiling step, `warmup` untimed steps, then `steps` timed steps:
+    `(state, timings)`."""
     state = elo.init(config, key=jr.key(0))
     jax.block_until_ready(state)
     start = time.perf_counter()
     state = elo.meta_step(state, jr.key(1))
     jax.block_until_ready(state)
     compile_and_first = time.perf_counter() - start
+    for t in range(warmup):
+        state = elo.meta_step(state, jr.fold_in(jr.key(3), t))
+    jax.block_until_ready(state)
     times = []
     for t in range(steps):
         start = time.perf_counter()
@@ -64,14 +86,16 @@ def time_meta_steps(config: elo.MetaConfig, steps: int) -> tuple[elo.MetaState, 
         "compile_and_first_step_s": compile_and_first,
         "seconds_per_step_median": statistics.median(times),
         "seconds_per_step_min": min(times),
+        "seconds_per_step_max": max(times),
         "seconds_per_step_mean": statistics.fmean(times),
         "steps_timed": steps,
+        "warmup_steps": warmup,
     }
 
 
-def measure(name: str, steps: int) -> dict:
+def measure(name: str, steps: int, warmup: int) -> dict:
     config = CONFIGS[name]()
-    state, timings = time_meta_steps(config, steps)
+    state, timings = time_meta_steps(config, steps, warmup)
     return {
         "config": name,
         "tasks": list(config.tasks),
@@ -88,7 +112,8 @@ def measure(name: str, steps: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default="reference,elo_reference,three_tasks,cpu")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per config (30)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps after compiling (3)")
     parser.add_argument("--cpu-devices", default="auto", help="auto (one per core) or a count")
     parser.add_argument("--out", help="the JSON file (default: benchmarks/results/...)")
     args = parser.parse_args()
@@ -96,35 +121,43 @@ def main() -> None:
     if args.out is None:
         suffix = "" if args.cpu_devices == "auto" else f"_cpu{cpu_devices}"
         args.out = str(Path(__file__).parent / "results" / f"meta_step{suffix}.json")
-    results = [measure(name, args.steps) for name in args.configs.split(",")]
+    load_before = os.getloadavg()
+    results = [measure(name, args.steps, args.warmup) for name in args.configs.split(",")]
     by_name = {r["config"]: r for r in results}
     report = {
         "results": results,
         "machine": {
             "platform": platform.platform(),
+            "cpu_model": cpu_model(),
             "cpus": os.cpu_count(),
             "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__,
             "devices": [str(d) for d in jax.devices()],
             "cpu_devices_setting": args.cpu_devices,
-            "load_average_1_5_15": os.getloadavg(),
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "load_average_1_5_15_before": load_before,
+            "load_average_1_5_15_after": os.getloadavg(),
         },
+        "command": "python benchmarks/meta_step.py " + " ".join(sys.argv[1:]),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "reference_implementation_s_per_step": 0.31,
     }
     if "reference" in by_name and "elo_reference" in by_name:
-        report["elo_overhead"] = (
-            by_name["elo_reference"]["seconds_per_step_median"]
-            / by_name["reference"]["seconds_per_step_median"]
-        )
+        report["elo_overhead"] = {
+            stat: by_name["elo_reference"][f"seconds_per_step_{stat}"]
+            / by_name["reference"][f"seconds_per_step_{stat}"]
+            for stat in ("min", "median")
+        }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     for r in results:
         print(
-            f"{r['config']:>14}: {r['seconds_per_step_median']:.4f} s/step (median of "
-            f"{r['steps_timed']}), compile+first {r['compile_and_first_step_s']:.1f} s"
+            f"{r['config']:>14}: s/step min {r['seconds_per_step_min']:.4f} median "
+            f"{r['seconds_per_step_median']:.4f} max {r['seconds_per_step_max']:.4f} "
+            f"({r['steps_timed']} steps), compile+first {r['compile_and_first_step_s']:.1f} s"
         )
     if "elo_overhead" in report:
-        print(f"ELO overhead: x{report['elo_overhead']:.3f}")
+        overhead = report["elo_overhead"]
+        print(f"ELO overhead: x{overhead['min']:.3f} (minima), x{overhead['median']:.3f} (medians)")
     print(f"peak RSS {report['peak_rss_mib']:.0f} MiB, load {os.getloadavg()}")
 
 
