@@ -1,10 +1,12 @@
 """One JAX device per CPU core, so that `meta_step` runs its particle shards in parallel."""
 
+import functools
 import math
 import os
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 
 from ._checks import is_int_at_least
 
@@ -118,3 +120,25 @@ def use_cpu_cores(count: int | None = None) -> int:
             f"XLA_FLAGS={_FORCE_FLAG}={wanted} before starting Python."
         ) from None
     return wanted
+
+
+# XLA's CPU backend in jax 0.10 hands every dot to YNNPACK by default
+# (`xla_cpu_experimental_ynn_fusion_type` = individual dots). For the meta step on a *single*
+# CPU device, whose operations are split over the cores by intra-op threads, that made the
+# reference configuration about 1.5x slower than with jax 0.9 (0.21 s vs 0.135 s per outer
+# step; XLA's own dot emitter: 0.15 s). With one device per core, and in the evaluation loop,
+# YNNPACK measured as fast or faster, so only the single-device meta step turns it off.
+# `benchmarks/meta_step.py --cpu-devices 1` measures it.
+_SINGLE_CPU_DEVICE_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+@functools.cache
+def single_cpu_device_compiler_options() -> dict[str, str]:
+    """XLA compiler options for a program that runs on one CPU device (see above), or `{}` where
+    this jax's XLA does not know them (a future release may rename the experimental flag)."""
+    try:
+        probe = jax.jit(lambda x: x + 1, compiler_options=_SINGLE_CPU_DEVICE_OPTIONS)
+        probe.lower(jax.ShapeDtypeStruct((), jnp.float32)).compile()
+    except Exception:  # an unknown option is reported as one of several exception types
+        return {}
+    return dict(_SINGLE_CPU_DEVICE_OPTIONS)

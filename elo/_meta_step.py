@@ -6,6 +6,8 @@ named sequence: keys → antithetic perturbation → $\\alpha$ → unroll → lo
 → finish the truncation.
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -16,9 +18,10 @@ from jaxtyping import Array, Float, Int, Key
 
 from ._build import build_meta_optimizer, build_supervision
 from ._config import MetaConfig
+from ._cpu import single_cpu_device_compiler_options
 from ._custom_types import PRNGKeyArray, PyTree
 from ._inner_problem import InnerProblem, Particle
-from ._mesh import constrain, PARTICLE_AXIS, particle_mesh
+from ._mesh import constrain, PARTICLE_AXIS, particle_devices, particle_mesh
 from ._pes import pes_combine, sample_perturbation
 from ._records import StepRecord
 from ._schedules import SupervisionWeights
@@ -134,7 +137,7 @@ def meta_step(state: MetaState, key: PRNGKeyArray) -> MetaState:
         raise TypeError(
             f"elo.meta_step expects an elo.MetaState, got {type(state).__name__}{hint}."
         )
-    lo, meta_opt_state, groups, step, metrics = _compiled_meta_step(state, key)
+    lo, meta_opt_state, groups, step, metrics = _compiled_for(state.config)(state, key)
     # The task data stay out of the compiled program's outputs (they never change, and
     # returning them would copy them every step): the new state reuses `state.problems`.
     return MetaState(
@@ -199,11 +202,11 @@ def _meta_update(
     return optax.apply_updates(theta, updates), meta_opt_state, grad_norm, nonfinite
 
 
-@eqx.filter_jit
 # Counts traces (at trace time only, free at run time) so tests can assert that later outer
-# steps reuse the compiled program: `eqx.debug.get_num_traces(_compiled_meta_step)`.
+# steps reuse the compiled program: `eqx.debug.get_num_traces(_compiled_meta_step)` (shared by
+# both compiled variants below).
 @eqx.debug.assert_max_traces(max_traces=None)
-def _compiled_meta_step(state: MetaState, key: PRNGKeyArray):
+def _meta_step_program(state: MetaState, key: PRNGKeyArray):
     config = state.config
     mesh = particle_mesh(config)
     theta, lo_static = eqx.partition(state.learned_optimizer, eqx.is_inexact_array)
@@ -218,3 +221,22 @@ def _compiled_meta_step(state: MetaState, key: PRNGKeyArray):
     )
     groups = constrain(groups, mesh, sharded=True)
     return eqx.combine(theta, lo_static), meta_opt_state, groups, step, metrics
+
+
+_compiled_meta_step = eqx.filter_jit(_meta_step_program)
+
+
+@functools.cache
+def _compiled_meta_step_one_cpu():
+    """`_compiled_meta_step` with the compiler options of a single CPU device (built on first
+    use: probing the options needs JAX's backend, which importing `elo` must not start)."""
+    options = single_cpu_device_compiler_options()
+    # `filter_jit` forwards extra keywords to `jax.jit`; its typed overloads do not list them.
+    return eqx.filter_jit(_meta_step_program, compiler_options=options)  # pyright: ignore[reportCallIssue]
+
+
+def _compiled_for(config: MetaConfig):
+    devices = particle_devices(config)
+    if len(devices) == 1 and devices[0].platform == "cpu":
+        return _compiled_meta_step_one_cpu()
+    return _compiled_meta_step

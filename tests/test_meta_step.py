@@ -241,3 +241,29 @@ def test_supervision_fractions_follow_the_budget():
         small_elo_config(supervision_start_fraction=0.5, supervision_end_fraction=0.4)
     with without_runtime_type_checks(), pytest.raises(ValueError, match="imitation_credit"):
         small_elo_config(imitation_credit="zeta")
+
+
+def test_single_cpu_device_runs_its_own_compiled_variant_with_the_same_results(sharded_run):
+    # One CPU device compiles with `single_cpu_device_compiler_options` (XLA's own dot emitter
+    # instead of YNNPACK): a different compiled program, the same mathematics up to float
+    # summation order, and still one trace per run.
+    from elo._cpu import single_cpu_device_compiler_options
+    from elo._meta_step import _compiled_for, _compiled_meta_step_one_cpu
+
+    assert single_cpu_device_compiler_options() in (
+        {},
+        {"xla_cpu_experimental_ynn_fusion_type": ""},
+    )
+    config = small_elo_config(num_devices=1)
+    assert _compiled_for(config) is _compiled_meta_step_one_cpu()
+    assert _compiled_for(small_elo_config(num_devices=4)) is _compiled_meta_step
+    state, history = run(config, 3)
+    before = eqx.debug.get_num_traces(_compiled_meta_step)
+    elo.meta_step(state, jr.key(7))
+    assert eqx.debug.get_num_traces(_compiled_meta_step) == before
+    _, sharded_history = sharded_run
+    np.testing.assert_allclose(
+        [h["meta_loss"] for h in history],
+        [h["meta_loss"] for h in sharded_history[:3]],
+        rtol=1e-4,
+    )
