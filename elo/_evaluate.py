@@ -263,14 +263,18 @@ def _train(task, make, argument, keys, num_steps: int, eval_every: int, sweep: b
         opt = make(arg, num_steps) if make is _learned else make(arg)
         carry = (params, opt.init(params))
 
-        def step(carry, k):
+        def step(carry, batch):
             params, opt_state = carry
-            loss, grads = jax.value_and_grad(task.loss)(params, k)
+            loss, grads = jax.value_and_grad(task.batch_loss)(params, batch)
             updates, opt_state = opt.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), loss
 
+        def steps(carry, ks):
+            # A chunk's minibatches are drawn before its loop (see `AbstractTask.batch_loss`).
+            return jax.lax.scan(step, carry, jax.vmap(task.sample_batch)(ks))
+
         def chunk(carry, ks):
-            carry, losses = jax.lax.scan(step, carry, ks)
+            carry, losses = steps(carry, ks)
             return carry, (losses, _measure(task, carry[0]))
 
         step_keys = jr.split(data_key, num_steps)
@@ -281,7 +285,7 @@ def _train(task, make, argument, keys, num_steps: int, eval_every: int, sweep: b
         losses = losses.reshape(-1)
         measured = jnp.concatenate([first[None], measured])
         if rest:
-            carry, tail = jax.lax.scan(step, carry, step_keys[num_chunks * eval_every :])
+            carry, tail = steps(carry, step_keys[num_chunks * eval_every :])
             losses = jnp.concatenate([losses, tail])
             measured = jnp.concatenate([measured, _measure(task, carry[0])[None]])
         return losses, measured

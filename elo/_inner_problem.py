@@ -222,10 +222,10 @@ class InnerProblem(eqx.Module):
     # --------------------------------------------------------------------------------------
     # Training
 
-    def _train_side(self, theta, side: Side, scale, alpha, key) -> SideStep:
+    def _train_side(self, theta, side: Side, scale, alpha, batch) -> SideStep:
         """One inner step of one side: gradient, (fused) optimizer step, imitation losses."""
         task = self._scaled_task(scale)
-        loss, grads = jax.value_and_grad(task.loss)(side.params, key)
+        loss, grads = jax.value_and_grad(task.batch_loss)(side.params, batch)
         lo = eqx.combine(theta, self.lo_static)
         zero = jnp.zeros((), jnp.float32)
         l_dir = l_mag = l_mse = zero
@@ -266,12 +266,12 @@ class InnerProblem(eqx.Module):
         over = jnp.where(task_loss > self.settings.divergence_bound, p.steps_over_bound + 1, 0)
         return over, jnp.any(over >= self.settings.divergence_patience)
 
-    def _train(self, theta_pm, carry: _TruncationCarry, alpha, resumed, fresh, key):
+    def _train(self, theta_pm, carry: _TruncationCarry, alpha, resumed, fresh, batch):
         """Train both sides of a particle for one inner step on the same minibatch."""
         p = carry.particle
         step_alpha = self.supervision.step_weight(alpha, carry.follow_expert)
         train = jax.vmap(self._train_side, in_axes=(0, 0, None, None, None))
-        out = train(theta_pm, p.sides, p.scale, step_alpha, key)
+        out = train(theta_pm, p.sides, p.scale, step_alpha, batch)
         inner_step = p.step + 1
         nonfinite = ~jnp.all(out.finite)
         steps_over_bound, over_too_long = self._divergence(p, out.task_loss)
@@ -416,16 +416,25 @@ class InnerProblem(eqx.Module):
         reset = jax.vmap(self._reset)
         train = jax.vmap(self._train)
 
-        def step(carry: _TruncationCarry, n):
-            step_keys = jax.vmap(lambda k: jr.split(jr.fold_in(k, n)))(keys)
-            reset_keys, data_keys = step_keys[:, 0], step_keys[:, 1]
+        # Every step's keys and minibatches are drawn before the loop, all steps at once: the
+        # same numbers as drawing them step by step, but on CPU each draw inside the loop is a
+        # small loop of its own (JAX rolls threefry's rounds there), run at every inner step.
+        def step_keys(n):
+            return jax.vmap(lambda k: jr.split(jr.fold_in(k, n)))(keys)
+
+        all_keys = jax.vmap(step_keys)(jnp.arange(self.settings.truncation_length))
+        reset_keys, data_keys = all_keys[:, :, 0], all_keys[:, :, 1]
+        batches = jax.vmap(jax.vmap(self.task.sample_batch))(data_keys)
+
+        def step(carry: _TruncationCarry, inputs):
+            reset_keys, batch = inputs
             carry, resumed, fresh = jax.lax.cond(
                 jnp.any(carry.particle.pending_reset),
                 lambda c: reset(theta_plus, c, reset_keys),
                 lambda c: (c, falses, falses),
                 carry,
             )
-            return train(theta_pm, carry, alpha, resumed, fresh, data_keys)
+            return train(theta_pm, carry, alpha, resumed, fresh, batch)
 
         init = _TruncationCarry(
             particle=particles,
@@ -433,7 +442,7 @@ class InnerProblem(eqx.Module):
             restart_xi=jax.tree.map(jnp.zeros_like, particles.xi),
             follow_expert=falses,
         )
-        carry, records = jax.lax.scan(step, init, jnp.arange(self.settings.truncation_length))
+        carry, records = jax.lax.scan(step, init, (reset_keys, batches))
         records = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), records)
         return carry.particle, records, carry.restart_xi, snapshots
 

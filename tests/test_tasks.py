@@ -149,6 +149,31 @@ def test_mlp_loss_is_mean_cross_entropy_of_the_sampled_batch(datasets):
 
 
 @settings(deadline=None, max_examples=5)
+@given(seed=SEEDS, scale=st.sampled_from([None, 1e-2, 30.0]))
+def test_loss_is_batch_loss_of_sample_batch(datasets, seed, scale):
+    # Training loops draw their minibatches ahead of the loop: `loss(params, key)` must equal
+    # `batch_loss(params, sample_batch(key))` for every task kind (image MLP, CNN, a scaled task,
+    # and a quadratic, which keeps the default "the batch is the key").
+    key = jax.random.key(seed)
+    mnist = datasets["mnist"]
+    kinds = [
+        tasks.ImageMLPTask(mnist, width=WIDTH, depth=1),
+        tasks.get_task("conv-c16-d2_cifar10-8x8x3"),
+        tasks.QuadraticTask(5, noise_scale=0.5),
+    ]
+    if scale is not None:
+        kinds = [tasks.ScaledTask(t, scale) for t in kinds]
+    for task in kinds:
+        params = task.init(jax.random.key(0))
+        batch = task.sample_batch(key)
+        assert float(task.loss(params, key)) == pytest.approx(
+            float(task.batch_loss(params, batch)), rel=1e-6
+        )
+    images, labels = kinds[0].sample_batch(key)
+    assert images.dtype == jnp.uint8 and images.shape == (64, 64) and labels.shape == (64,)
+
+
+@settings(deadline=None, max_examples=5)
 @given(seed=SEEDS)
 def test_mlp_loss_determinism_and_batch_varies(datasets, seed):
     task = tasks.ImageMLPTask(datasets["mnist"], width=WIDTH, depth=1)

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._custom_types import Params, PRNGKeyArray, Scalar, ScalarLike
+from .._custom_types import Params, PRNGKeyArray, PyTree, Scalar, ScalarLike
 from ._base import AbstractTask
 
 
@@ -69,6 +69,33 @@ class ScaledTask(AbstractTask):
         A float32 scalar.
         """
         return self.task.loss(self._unscale(params), key)
+
+    def sample_batch(self, key: PRNGKeyArray) -> PyTree:
+        """The inner task's batch (the scale does not change the data).
+
+        **Arguments:**
+
+        - `key`: passed to the inner task.
+
+        **Returns:**
+
+        The inner task's `sample_batch(key)`.
+        """
+        return self.task.sample_batch(key)
+
+    def batch_loss(self, params: Params, batch: PyTree) -> Scalar:
+        """The inner task's training loss at $s \\tilde w$ on a batch from `sample_batch`.
+
+        **Arguments:**
+
+        - `params`: $\\tilde w$, the scaled parameters.
+        - `batch`: a value returned by `sample_batch`.
+
+        **Returns:**
+
+        A float32 scalar.
+        """
+        return self.task.batch_loss(self._unscale(params), batch)
 
     def eval_loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
         """The inner task's held-out loss at $s \\tilde w$.

@@ -4,7 +4,7 @@ import abc
 
 import equinox as eqx
 
-from .._custom_types import Params, PRNGKeyArray, Scalar
+from .._custom_types import Params, PRNGKeyArray, PyTree, Scalar
 
 
 class AbstractTask(eqx.Module):
@@ -21,6 +21,12 @@ class AbstractTask(eqx.Module):
     - `eval_loss(params, key) -> scalar`: the loss on held-out data (for evaluation).
     - `normalize_loss(loss) -> scalar`: the bounded, finite transform of a training loss used as
       the meta-objective (NaN and infinities map to the upper bound).
+
+    and may split `loss` into its two halves, `sample_batch(key) -> batch` (the random draw) and
+    `batch_loss(params, batch) -> scalar`, with `loss(params, key) == batch_loss(params,
+    sample_batch(key))`. Training loops draw the batches of many steps at once, before their
+    loop, which on CPU is cheaper than drawing one batch per step inside it. By default the
+    "batch" is the key itself and `batch_loss` is `loss`.
     """
 
     @abc.abstractmethod
@@ -49,6 +55,34 @@ class AbstractTask(eqx.Module):
 
         A float32 scalar.
         """
+
+    def sample_batch(self, key: PRNGKeyArray) -> PyTree:
+        """The random input of one training step, drawn from `key` (see `batch_loss`).
+
+        **Arguments:**
+
+        - `key`: selects the minibatch.
+
+        **Returns:**
+
+        A pytree of arrays (by default `key` itself).
+        """
+        return key
+
+    def batch_loss(self, params: Params, batch: PyTree) -> Scalar:
+        """Training loss on a batch from `sample_batch`: `loss(params, key)` equals
+        `batch_loss(params, sample_batch(key))`.
+
+        **Arguments:**
+
+        - `params`: the optimizee parameters.
+        - `batch`: a value returned by `sample_batch`.
+
+        **Returns:**
+
+        A float32 scalar.
+        """
+        return self.loss(params, batch)
 
     @abc.abstractmethod
     def eval_loss(self, params: Params, key: PRNGKeyArray) -> Scalar:

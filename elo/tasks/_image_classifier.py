@@ -8,7 +8,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, Float, Int32
+from jaxtyping import Array, Float, Int32, UInt8
 
 from .._checks import is_int_at_least
 from .._custom_types import Params, PRNGKeyArray, Scalar
@@ -56,13 +56,6 @@ class AbstractImageClassifier(AbstractTask):
         """Apply the network to preprocessed inputs `(batch, H*W*C)`; returns `(batch, 10)`
         class logits."""
 
-    def _mean_loss(self, params: Params, key: PRNGKeyArray, split: SplitName) -> Scalar:
-        inputs, labels = self.data.sample(key, self.batch_size, split)
-        losses = optax.softmax_cross_entropy_with_integer_labels(
-            self.logits(params, inputs), labels
-        )
-        return jnp.mean(losses)
-
     def loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
         """Mean softmax cross-entropy on a train minibatch of `batch_size` drawn from `key`.
 
@@ -75,7 +68,41 @@ class AbstractImageClassifier(AbstractTask):
 
         A float32 scalar.
         """
-        return self._mean_loss(params, key, "train")
+        return self.batch_loss(params, self.sample_batch(key))
+
+    def sample_batch(self, key: PRNGKeyArray) -> tuple[UInt8[Array, "b d"], Int32[Array, " b"]]:
+        """A train minibatch of `batch_size` drawn from `key`, as stored: `(images, labels)`
+        (uint8 images, flattened; preprocessing happens in `batch_loss`).
+
+        **Arguments:**
+
+        - `key`: selects the minibatch (indices uniform with replacement).
+
+        **Returns:**
+
+        `(images, labels)` of shapes `(batch_size, H*W*C)` and `(batch_size,)`.
+        """
+        return self.data.split("train").sample(key, self.batch_size)
+
+    def batch_loss(
+        self, params: Params, batch: tuple[UInt8[Array, "b d"], Int32[Array, " b"]]
+    ) -> Scalar:
+        """Mean softmax cross-entropy on a minibatch from `sample_batch`.
+
+        **Arguments:**
+
+        - `params`: as returned by `init`.
+        - `batch`: `(images, labels)` from `sample_batch`.
+
+        **Returns:**
+
+        A float32 scalar.
+        """
+        images, labels = batch
+        losses = optax.softmax_cross_entropy_with_integer_labels(
+            self.logits(params, self.data.preprocess(images)), labels
+        )
+        return jnp.mean(losses)
 
     def eval_loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
         """Mean softmax cross-entropy on a minibatch of the `eval_split` split.
@@ -89,7 +116,8 @@ class AbstractImageClassifier(AbstractTask):
 
         A float32 scalar.
         """
-        return self._mean_loss(params, key, self.eval_split)
+        batch = self.data.split(self.eval_split).sample(key, self.batch_size)
+        return self.batch_loss(params, batch)
 
     def evaluate(
         self, params: Params, split: SplitName = "test", *, chunk_size: int = 1000
