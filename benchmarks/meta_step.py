@@ -8,7 +8,14 @@ Configurations:
 - `elo_reference`: the same with ELO switched on (AdamW expert, resume buffer, supervision): the
   ELO overhead is `elo_reference / reference`.
 - `three_tasks`: the PES-small_fc preset's three 8x8 tasks, 8 particles each.
+- `elo_three_tasks`: ELO-small_fc on the same three tasks, 8 particles each (the paper's recipe:
+  the ELO overhead on three tasks is `elo_three_tasks / three_tasks`).
+- `celo2_reference`, `elo_celo2_reference`: PES-Celo2 and ELO-Celo2 (Muon expert) on the
+  reference task, 8 particles.
 - `cpu`: the `elo_small_fc_cpu` preset.
+
+Each configuration runs in a process of its own, so that its compile time and peak memory
+(resident set, compilation included) are its own.
 
 The CPU is split into one JAX device per core first (`elo.use_cpu_cores`, as `elo meta-train`
 does), so the particles are sharded over the cores; `--cpu-devices 1` measures one device that
@@ -30,6 +37,7 @@ import os
 import platform
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,7 +57,20 @@ CONFIGS = {
         tasks=MNIST, num_particles=8, supervision_start=0, supervision_end=10
     ),
     "three_tasks": lambda: elo.presets.pes_small_fc(num_particles=8),
+    "elo_three_tasks": lambda: elo.presets.elo_small_fc(
+        num_particles=8, supervision_start=0, supervision_end=10
+    ),
+    "celo2_reference": lambda: elo.presets.pes_celo2(tasks=MNIST, num_particles=8),
+    "elo_celo2_reference": lambda: elo.presets.elo_celo2(
+        tasks=MNIST, num_particles=8, supervision_start=0, supervision_end=10
+    ),
     "cpu": lambda: elo.presets.elo_small_fc_cpu(),
+}
+# Pairs (ELO, PES) whose ratio is reported as the ELO overhead.
+OVERHEADS = {
+    "reference": ("elo_reference", "reference"),
+    "three_tasks": ("elo_three_tasks", "three_tasks"),
+    "celo2": ("elo_celo2_reference", "celo2_reference"),
 }
 
 
@@ -94,6 +115,7 @@ def time_meta_steps(config: elo.MetaConfig, steps: int, warmup: int) -> tuple[el
 
 
 def measure(name: str, steps: int, warmup: int) -> dict:
+    """Time one configuration in this process."""
     config = CONFIGS[name]()
     state, timings = time_meta_steps(config, steps, warmup)
     return {
@@ -106,23 +128,41 @@ def measure(name: str, steps: int, warmup: int) -> dict:
         "devices": len(state.groups[0].step.sharding.device_set),
         **timings,
         "final_meta_loss": float(state.metrics.meta_loss),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+
+
+def measure_in_subprocess(name: str, args) -> dict:
+    """Time one configuration in a fresh process (its own compile time and peak memory)."""
+    argv = [sys.executable, __file__, "--configs", name, "--steps", str(args.steps)]
+    argv += ["--warmup", str(args.warmup), "--cpu-devices", args.cpu_devices, "--child"]
+    out = subprocess.run(argv, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{name} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", default="reference,elo_reference,three_tasks,cpu")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per config (30)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps after compiling (3)")
     parser.add_argument("--cpu-devices", default="auto", help="auto (one per core) or a count")
     parser.add_argument("--out", help="the JSON file (default: benchmarks/results/...)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    unknown = sorted(set(args.configs.split(",")) - set(CONFIGS))
+    if unknown:
+        raise SystemExit(f"unknown config(s) {unknown}; known: {', '.join(CONFIGS)}")
     cpu_devices = elo.use_cpu_cores(None if args.cpu_devices == "auto" else int(args.cpu_devices))
+    if args.child:  # one configuration, its result as the last line of standard output
+        print(json.dumps(measure(args.configs, args.steps, args.warmup)))
+        return
     if args.out is None:
         suffix = "" if args.cpu_devices == "auto" else f"_cpu{cpu_devices}"
         args.out = str(Path(__file__).parent / "results" / f"meta_step{suffix}.json")
     load_before = os.getloadavg()
-    results = [measure(name, args.steps, args.warmup) for name in args.configs.split(",")]
+    results = [measure_in_subprocess(name, args) for name in args.configs.split(",")]
     by_name = {r["config"]: r for r in results}
     report = {
         "results": results,
@@ -139,26 +179,31 @@ def main() -> None:
             "load_average_1_5_15_after": os.getloadavg(),
         },
         "command": "python benchmarks/meta_step.py " + " ".join(sys.argv[1:]),
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
-    if "reference" in by_name and "elo_reference" in by_name:
-        report["elo_overhead"] = {
-            stat: by_name["elo_reference"][f"seconds_per_step_{stat}"]
-            / by_name["reference"][f"seconds_per_step_{stat}"]
+    report["elo_overhead"] = {
+        label: {
+            stat: by_name[elo_name][f"seconds_per_step_{stat}"]
+            / by_name[pes_name][f"seconds_per_step_{stat}"]
             for stat in ("min", "median")
         }
+        for label, (elo_name, pes_name) in OVERHEADS.items()
+        if elo_name in by_name and pes_name in by_name
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     for r in results:
         print(
-            f"{r['config']:>14}: s/step min {r['seconds_per_step_min']:.4f} median "
+            f"{r['config']:>19}: s/step min {r['seconds_per_step_min']:.4f} median "
             f"{r['seconds_per_step_median']:.4f} max {r['seconds_per_step_max']:.4f} "
-            f"({r['steps_timed']} steps), compile+first {r['compile_and_first_step_s']:.1f} s"
+            f"({r['steps_timed']} steps), compile+first {r['compile_and_first_step_s']:.1f} s, "
+            f"peak RSS {r['peak_rss_mib']:.0f} MiB"
         )
-    if "elo_overhead" in report:
-        overhead = report["elo_overhead"]
-        print(f"ELO overhead: x{overhead['min']:.3f} (minima), x{overhead['median']:.3f} (medians)")
-    print(f"peak RSS {report['peak_rss_mib']:.0f} MiB, load {os.getloadavg()}")
+    for label, overhead in report["elo_overhead"].items():
+        print(
+            f"ELO overhead ({label}): x{overhead['min']:.3f} (minima), "
+            f"x{overhead['median']:.3f} (medians)"
+        )
+    print(f"load {os.getloadavg()}")
 
 
 if __name__ == "__main__":
