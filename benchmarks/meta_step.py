@@ -2,9 +2,9 @@
 
 Configurations:
 
-- `reference`: small_fc on `mlp-w32-d1_mnist-8x8x1`, 8 particles x 2 signs, R = 50, batch 64 — the
-  configuration the reference implementation runs in about 0.31 s per outer step on a clean 2-core
-  CPU of the project's machine kind.
+- `reference`: small_fc on `mlp-w32-d1_mnist-8x8x1`, 8 particles x 2 signs, R = 50, batch 64: the
+  configuration `benchmarks/reference/pes_small_fc.py` times for the reference implementation
+  (`benchmarks/speed_vs_reference.py` times both, interleaved, on one machine).
 - `elo_reference`: the same with ELO switched on (AdamW expert, resume buffer, supervision): the
   ELO overhead is `elo_reference / reference`.
 - `three_tasks`: the PES-small_fc preset's three 8x8 tasks, 8 particles each.
@@ -27,8 +27,10 @@ and maximum, the machine (CPU model, cores, jax version, device count) and the l
 before and after, so that a figure can be compared only with one taken on the same machine.
 
 Run: `python benchmarks/meta_step.py [--configs reference,elo_reference] [--steps 30]
-[--cpu-devices auto|N]`. Writes `benchmarks/results/meta_step.json` (`meta_step_cpu1.json` with
-`--cpu-devices 1`). Nothing is asserted: these are measurements.
+[--cpu-devices auto|N] [--num-particles P]` (`--num-particles` overrides every configuration's
+particles per task, e.g. to scale 8 -> 128 on an accelerator). Writes
+`benchmarks/results/meta_step.json` (`meta_step_cpu1.json` with `--cpu-devices 1`).
+Nothing is asserted: these are measurements.
 """
 
 import argparse
@@ -45,6 +47,7 @@ from pathlib import Path
 import jax
 import jax.random as jr
 import jaxlib
+from _provenance import cpu_model, git_commit
 
 import elo
 
@@ -72,17 +75,6 @@ OVERHEADS = {
     "three_tasks": ("elo_three_tasks", "three_tasks"),
     "celo2": ("elo_celo2_reference", "celo2_reference"),
 }
-
-
-def cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def time_meta_steps(config: elo.MetaConfig, steps: int, warmup: int) -> tuple[elo.MetaState, dict]:
@@ -114,9 +106,11 @@ def time_meta_steps(config: elo.MetaConfig, steps: int, warmup: int) -> tuple[el
     }
 
 
-def measure(name: str, steps: int, warmup: int) -> dict:
-    """Time one configuration in this process."""
+def measure(name: str, steps: int, warmup: int, num_particles: int | None = None) -> dict:
+    """Time one configuration in this process (with `num_particles` per task if given)."""
     config = CONFIGS[name]()
+    if num_particles is not None:
+        config = config.replace(num_particles=num_particles)
     state, timings = time_meta_steps(config, steps, warmup)
     return {
         "config": name,
@@ -136,6 +130,8 @@ def measure_in_subprocess(name: str, args) -> dict:
     """Time one configuration in a fresh process (its own compile time and peak memory)."""
     argv = [sys.executable, __file__, "--configs", name, "--steps", str(args.steps)]
     argv += ["--warmup", str(args.warmup), "--cpu-devices", args.cpu_devices, "--child"]
+    if args.num_particles is not None:
+        argv += ["--num-particles", str(args.num_particles)]
     out = subprocess.run(argv, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"{name} failed:\n{out.stderr[-3000:]}")
@@ -148,6 +144,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="timed steps per config (30)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps after compiling (3)")
     parser.add_argument("--cpu-devices", default="auto", help="auto (one per core) or a count")
+    parser.add_argument(
+        "--num-particles", type=int, help="particles per task for every config (its own if unset)"
+    )
     parser.add_argument("--out", help="the JSON file (default: benchmarks/results/...)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -156,7 +155,7 @@ def main() -> None:
         raise SystemExit(f"unknown config(s) {unknown}; known: {', '.join(CONFIGS)}")
     cpu_devices = elo.use_cpu_cores(None if args.cpu_devices == "auto" else int(args.cpu_devices))
     if args.child:  # one configuration, its result as the last line of standard output
-        print(json.dumps(measure(args.configs, args.steps, args.warmup)))
+        print(json.dumps(measure(args.configs, args.steps, args.warmup, args.num_particles)))
         return
     if args.out is None:
         suffix = "" if args.cpu_devices == "auto" else f"_cpu{cpu_devices}"
@@ -179,6 +178,7 @@ def main() -> None:
             "load_average_1_5_15_after": os.getloadavg(),
         },
         "command": "python benchmarks/meta_step.py " + " ".join(sys.argv[1:]),
+        "commit": git_commit(),
     }
     report["elo_overhead"] = {
         label: {

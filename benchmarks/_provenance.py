@@ -1,0 +1,29 @@
+"""Where a measurement came from: the commit of the code and the CPU it ran on."""
+
+import platform
+import subprocess
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_commit() -> str:
+    """The checked-out commit, with `-dirty` when the code (`elo/`, `benchmarks/*.py`) differs
+    from it; result files that a benchmark rewrites do not count."""
+    run = dict(cwd=ROOT, capture_output=True, text=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **run).stdout.strip()
+    code = ["elo", ":(glob)benchmarks/**/*.py"]
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *code], **run).returncode
+    return (commit or "unknown") + ("-dirty" if dirty else "")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
