@@ -28,7 +28,8 @@ before and after, so that a figure can be compared only with one taken on the sa
 
 Run: `python benchmarks/meta_step.py [--configs reference,elo_reference] [--steps 30]
 [--cpu-devices auto|N] [--num-particles P]` (`--num-particles` overrides every configuration's
-particles per task, e.g. to scale 8 -> 128 on an accelerator). Writes
+particles per task, e.g. to scale 8 -> 128 on an accelerator; `--rounds N` repeats the list of
+configurations N times interleaved and reports the ELO overhead per round and its median). Writes
 `benchmarks/results/meta_step.json` (`meta_step_cpu1.json` with `--cpu-devices 1`).
 Nothing is asserted: these are measurements.
 """
@@ -138,6 +139,43 @@ def measure_in_subprocess(name: str, args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def summarise(results: list[dict]) -> dict:
+    """Per config over rounds: the smallest per-step minimum and the median of the medians."""
+    summary = {}
+    for name in dict.fromkeys(r["config"] for r in results):
+        runs = [r for r in results if r["config"] == name]
+        summary[name] = {
+            "best_min": min(r["seconds_per_step_min"] for r in runs),
+            "median_of_medians": statistics.median(r["seconds_per_step_median"] for r in runs),
+            "compile_and_first_step_s": max(r["compile_and_first_step_s"] for r in runs),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+            "rounds": len(runs),
+        }
+    return summary
+
+
+def elo_overheads(results: list[dict]) -> dict:
+    """ELO / PES time per step for each (ELO, PES) pair measured in the same round: per round
+    (minima and medians) and the median over rounds."""
+    out = {}
+    for label, (elo_name, pes_name) in OVERHEADS.items():
+        per_round = {"min": [], "median": []}
+        for round_index in sorted({r["round"] for r in results}):
+            in_round = {r["config"]: r for r in results if r["round"] == round_index}
+            if elo_name in in_round and pes_name in in_round:
+                for stat in per_round:
+                    key = f"seconds_per_step_{stat}"
+                    per_round[stat].append(in_round[elo_name][key] / in_round[pes_name][key])
+        if per_round["min"]:
+            out[label] = {
+                "min": statistics.median(per_round["min"]),
+                "median": statistics.median(per_round["median"]),
+                "min_per_round": per_round["min"],
+                "median_per_round": per_round["median"],
+            }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated")
@@ -146,6 +184,9 @@ def main() -> None:
     parser.add_argument("--cpu-devices", default="auto", help="auto (one per core) or a count")
     parser.add_argument(
         "--num-particles", type=int, help="particles per task for every config (its own if unset)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="interleaved repetitions of the config list (1)"
     )
     parser.add_argument("--out", help="the JSON file (default: benchmarks/results/...)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -161,10 +202,13 @@ def main() -> None:
         suffix = "" if args.cpu_devices == "auto" else f"_cpu{cpu_devices}"
         args.out = str(Path(__file__).parent / "results" / f"meta_step{suffix}.json")
     load_before = os.getloadavg()
-    results = [measure_in_subprocess(name, args) for name in args.configs.split(",")]
-    by_name = {r["config"]: r for r in results}
+    results = []
+    for round_index in range(args.rounds):  # interleaved, so a slow spell hits every config
+        for name in args.configs.split(","):
+            results.append({"round": round_index, **measure_in_subprocess(name, args)})
     report = {
         "results": results,
+        "summary": summarise(results),
         "machine": {
             "platform": platform.platform(),
             "cpu_model": cpu_model(),
@@ -180,28 +224,22 @@ def main() -> None:
         "command": "python benchmarks/meta_step.py " + " ".join(sys.argv[1:]),
         "commit": git_commit(),
     }
-    report["elo_overhead"] = {
-        label: {
-            stat: by_name[elo_name][f"seconds_per_step_{stat}"]
-            / by_name[pes_name][f"seconds_per_step_{stat}"]
-            for stat in ("min", "median")
-        }
-        for label, (elo_name, pes_name) in OVERHEADS.items()
-        if elo_name in by_name and pes_name in by_name
-    }
+    report["elo_overhead"] = elo_overheads(results)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     for r in results:
         print(
+            f"round {r['round'] + 1} "
             f"{r['config']:>19}: s/step min {r['seconds_per_step_min']:.4f} median "
             f"{r['seconds_per_step_median']:.4f} max {r['seconds_per_step_max']:.4f} "
             f"({r['steps_timed']} steps), compile+first {r['compile_and_first_step_s']:.1f} s, "
             f"peak RSS {r['peak_rss_mib']:.0f} MiB"
         )
     for label, overhead in report["elo_overhead"].items():
+        per_round = ", ".join(f"x{x:.3f}" for x in overhead["min_per_round"])
         print(
-            f"ELO overhead ({label}): x{overhead['min']:.3f} (minima), "
-            f"x{overhead['median']:.3f} (medians)"
+            f"ELO overhead ({label}): median over rounds x{overhead['min']:.3f} (minima), "
+            f"x{overhead['median']:.3f} (medians); minima per round {per_round}"
         )
     print(f"load {os.getloadavg()}")
 

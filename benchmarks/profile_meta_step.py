@@ -30,7 +30,8 @@ import elo
 
 
 sys.path.insert(0, str(Path(__file__).parent))
-from meta_step import CONFIGS, cpu_model  # noqa: E402
+from _provenance import cpu_model, git_commit  # noqa: E402
+from meta_step import CONFIGS  # noqa: E402
 
 
 def _events(trace_dir: Path):
@@ -142,6 +143,8 @@ def main() -> None:
                     "devices": devices,
                     "cpu": cpu_model(),
                     "jax": jax.__version__,
+                    "commit": git_commit(),
+                    "command": "python benchmarks/profile_meta_step.py " + " ".join(sys.argv[1:]),
                     "kinds_ms": {k: v * ms for k, v in per_kind.most_common()},
                     "operations_ms": {k: v * ms for k, v in per_name.most_common(200)},
                     "runtime_ms": {k: v * ms for k, v in runtime.most_common(20)},
