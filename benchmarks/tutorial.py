@@ -13,13 +13,17 @@ machine up to float reassociation) and tuned AdamW, and writes
 
 import contextlib
 import io
-import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import jax
 
 from elo.cli import main
+
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _provenance import git_commit  # noqa: E402
 
 
 TASK = "mlp-w128-d3_fashionmnist-8x8x1"
@@ -45,9 +49,7 @@ def main_() -> None:
         lo_table, adamw_table = run(lo_cmd), run(adamw_cmd)
         figure = docs / "images" / "tutorial_evaluation.png"
         run(["plot", str(lo_json), str(adamw_json), "--out", str(figure)])
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    commit = git_commit()
     lines = [
         "```text",
         "$ elo evaluate pretrained:small_fc_mnist8 " + " ".join(COMMON),
