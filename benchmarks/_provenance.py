@@ -12,10 +12,15 @@ def git_commit() -> str:
     """The checked-out commit, with `-dirty` when the code (`elo/`, `benchmarks/*.py`) differs
     from it; result files that a benchmark rewrites do not count."""
     run = dict(cwd=ROOT, capture_output=True, text=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **run).stdout.strip()
+    try:
+        found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **run)
+    except OSError:  # no git
+        return "unknown"
+    if found.returncode != 0:  # not a git checkout
+        return "unknown"
     code = ["elo", ":(glob)benchmarks/**/*.py"]
     dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *code], **run).returncode
-    return (commit or "unknown") + ("-dirty" if dirty else "")
+    return found.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def cpu_model() -> str:

@@ -191,6 +191,8 @@ def main() -> None:
     parser.add_argument("--out", help="the JSON file (default: benchmarks/results/...)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
+        raise SystemExit("--rounds and --steps must be at least 1, --warmup at least 0")
     unknown = sorted(set(args.configs.split(",")) - set(CONFIGS))
     if unknown:
         raise SystemExit(f"unknown config(s) {unknown}; known: {', '.join(CONFIGS)}")

@@ -111,6 +111,8 @@ def main() -> None:
         "--out", default=str(ROOT / "benchmarks" / "results" / "speed_vs_reference.json")
     )
     args = parser.parse_args()
+    if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
+        raise SystemExit("--rounds and --steps must be at least 1, --warmup at least 0")
     if not args.reference_python or not Path(args.reference_python).exists():
         raise SystemExit(
             "the reference venv's Python was not found: create it with "

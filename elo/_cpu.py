@@ -68,9 +68,10 @@ def use_cpu_cores(count: int | None = None) -> int:
     it saves. With one device per core, [`elo.init`][] shards the particles over the cores
     instead (`MetaConfig.num_devices = None` takes the largest device count dividing
     `num_particles`), and each core runs its own particles without synchronising within an
-    inner step: on the project's 2-core machine this makes `meta_step` about 1.5-2x faster
-    (`benchmarks/meta_step.py`). Accelerator backends are unaffected: only the CPU backend
-    gets more devices.
+    inner step: on the project's 2-core machine this made `meta_step` about 1.5-2x faster in
+    `benchmarks/devices.py`'s runs, though not in every round of later timings on a noisier
+    VM (`benchmarks/speed_vs_reference.py`). Accelerator backends are unaffected: only the CPU
+    backend gets more devices.
 
     Call it before JAX runs anything (it sets `jax_num_cpu_devices`, which JAX reads once
     when it starts its CPU backend). A count the user already chose is kept when `count` is
