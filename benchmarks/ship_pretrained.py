@@ -80,8 +80,9 @@ def main() -> None:
         "seed": seed,
         "command": command,
         "study_commit": settings["environment"].get("commit"),
+        "run_commit": meta.get("environment", {}).get("commit"),
         "shipped_at_commit": commit,
-        "environment": settings["environment"],
+        "environment": meta.get("environment", settings["environment"]),
         "config": meta["config"],
         "budget": {"outer_steps": meta["outer_steps"], "inner_steps": meta["inner_steps"]},
         "selection": {
