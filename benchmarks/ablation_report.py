@@ -86,59 +86,37 @@ def _adamw(results: Path, key: str) -> dict[str, Any] | None:
     return _load(path) if path.is_file() else None
 
 
+def parent(arm: str, arms: dict[str, Any]) -> str | None:
+    """The arm a mechanism arm is compared with: PES for ELO and for PES variants, ELO for
+    ELO variants (what removing or changing one part of ELO does), none for PES itself."""
+    if arm == "pes":
+        return None
+    if arm == "elo" or arms[arm].preset.startswith("pes"):
+        return "pes"
+    return "elo"
+
+
+def _paired(values: dict[int, float], baseline: dict[int, float]) -> dict[str, Any] | None:
+    """Paired difference `values - baseline` over the seeds both have: mean, 95% half-width,
+    wins (seeds where the difference is negative: lower loss) and n."""
+    diffs = [v - baseline[s] for s, v in values.items() if s in baseline]
+    if not diffs:
+        return None
+    mean, half = _t_interval(np.asarray(diffs))
+    return {"mean": mean, "ci95": half, "wins": int(sum(d < 0 for d in diffs)), "n": len(diffs)}
+
+
+def _per_seed(seeds, selection: str, key: str, metric: str) -> dict[int, tuple[float, bool]]:
+    return {
+        s: _seed_value(r[selection]["held_out"][key], metric)
+        for s, r in seeds.items()
+        if r[selection] is not None and key in r[selection]["held_out"]
+    }
+
+
 def summarise(results: Path, arms: dict[str, Any], tasks, horizons) -> dict[str, Any]:
     runs = collect(results, arms)
     keys = [f"{t}@{h}" for t in tasks for h in horizons]
-    table: dict[str, Any] = {}
-    for arm, seeds in runs.items():
-        table[arm] = {"seeds": sorted(seeds), "label": arms[arm].label}
-        for selection in SELECTIONS:
-            for metric in ("final", "best"):
-                per_key = {}
-                for key in keys:
-                    values = {
-                        s: _seed_value(r[selection]["held_out"][key], metric)
-                        for s, r in seeds.items()
-                        if r[selection] is not None and key in r[selection]["held_out"]
-                    }
-                    if not values:
-                        continue
-                    losses = np.asarray([v for v, _ in values.values()])
-                    mean, half = _t_interval(losses)
-                    entry = {
-                        "mean": mean,
-                        "ci95": half,
-                        "per_seed": {str(s): v for s, (v, _) in values.items()},
-                        "diverged_seeds": sum(d for _, d in values.values()),
-                        "n": len(values),
-                    }
-                    if arm != "pes" and "pes" in runs:
-                        paired = [
-                            v - _seed_value(runs["pes"][s][selection]["held_out"][key], metric)[0]
-                            for s, (v, _) in values.items()
-                            if s in runs["pes"]
-                            and runs["pes"][s][selection] is not None
-                            and key in runs["pes"][s][selection]["held_out"]
-                        ]
-                        if paired:
-                            d_mean, d_half = _t_interval(np.asarray(paired))
-                            entry["vs_pes"] = {
-                                "mean": d_mean,
-                                "ci95": d_half,
-                                "wins": int(sum(d < 0 for d in paired)),
-                                "n": len(paired),
-                            }
-                    per_key[key] = entry
-                table[arm][f"{selection}/{metric}"] = per_key
-        table[arm]["meta"] = {
-            "best_validation_score": _t_interval(
-                np.asarray([r["meta"]["best_validation_score"] for r in seeds.values()])
-            ),
-            "diverged_resets": int(sum(r["meta"]["totals"]["diverged"] for r in seeds.values())),
-            "seconds_meta_steps": float(
-                np.mean([r["meta"]["seconds_meta_steps"] for r in seeds.values()])
-            ),
-        }
     adamw = {}
     for key in keys:
         data = _adamw(results, key)
@@ -150,12 +128,89 @@ def summarise(results: Path, arms: dict[str, Any], tasks, horizons) -> dict[str,
                 "final": float(np.nanmean(final)),
                 "best": float(np.nanmean(best)),
             }
+    table: dict[str, Any] = {}
+    for arm, seeds in runs.items():
+        base = parent(arm, arms)
+        table[arm] = {"seeds": sorted(seeds), "label": arms[arm].label, "parent": base}
+        for selection in SELECTIONS:
+            for metric in ("final", "best"):
+                per_key = {}
+                for key in keys:
+                    values = _per_seed(seeds, selection, key, metric)
+                    if not values:
+                        continue
+                    losses = np.asarray([v for v, _ in values.values()])
+                    mean, half = _t_interval(losses)
+                    entry = {
+                        "mean": mean,
+                        "ci95": half,
+                        "per_seed": {str(s): v for s, (v, _) in values.items()},
+                        "diverged_seeds": sum(d for _, d in values.values()),
+                        "n": len(values),
+                    }
+                    loss = {s: v for s, (v, _) in values.items()}
+                    for name in ("pes", "elo"):
+                        if name != arm and name in runs:
+                            other = _per_seed(runs[name], selection, key, metric)
+                            d = _paired(loss, {s: v for s, (v, _) in other.items()})
+                            if d is not None:
+                                entry[f"vs_{name}"] = d
+                    per_key[key] = entry
+                table[arm][f"{selection}/{metric}"] = per_key
+        table[arm]["meta"] = {
+            "best_validation_score": _t_interval(
+                np.asarray([r["meta"]["best_validation_score"] for r in seeds.values()])
+            ),
+            "diverged_resets": int(sum(r["meta"]["totals"]["diverged"] for r in seeds.values())),
+            "seconds_meta_steps": float(
+                np.mean([r["meta"]["seconds_meta_steps"] for r in seeds.values()])
+            ),
+        }
+    for arm in table:
+        table[arm]["overview"] = overview(runs, arm, table[arm]["parent"], adamw, keys, horizons)
     return {
         "table": table,
         "adamw": adamw,
         "verdict": verdict(table, adamw, tasks, horizons, planned=arms),
         "missing": missing(results, arms, runs),
     }
+
+
+def _ratio_to_adamw(seeds, adamw, keys) -> dict[int, float]:
+    """Per seed: the validation-selected optimizer's final test loss over tuned AdamW's,
+    averaged over every task and horizon (1 = AdamW's loss; seeds missing a cell are left out)."""
+    out = {}
+    for s, r in seeds.items():
+        held_out = (r["selected"] or {}).get("held_out", {})
+        if all(k in held_out for k in keys) and all(k in adamw for k in keys):
+            out[s] = float(
+                np.mean([_seed_value(held_out[k], "final")[0] / adamw[k]["final"] for k in keys])
+            )
+    return out
+
+
+def overview(runs, arm: str, base: str | None, adamw, keys, horizons) -> dict[str, Any]:
+    """One line per arm (validation-selected checkpoints): the loss ratio to AdamW averaged
+    over all cells (a summary across tasks, not the decision rule), its paired difference to the
+    parent arm, and held-out divergence at 5K steps and longer."""
+    ratios = _ratio_to_adamw(runs[arm], adamw, keys)
+    long = [k for k in keys if int(k.split("@")[1]) >= 5000]
+    diverged = sum(
+        _seed_value(r["selected"]["held_out"][k], "final")[1]
+        for r in runs[arm].values()
+        if r["selected"] is not None
+        for k in long
+        if k in r["selected"]["held_out"]
+    )
+    out: dict[str, Any] = {
+        "ratio_to_adamw": _t_interval(np.asarray(list(ratios.values()))) if ratios else None,
+        "ratio_per_seed": {str(s): v for s, v in ratios.items()},
+        "diverged_seed_cells_at_5k_10k": int(diverged),
+        "cells_at_5k_10k": len(long) * len(runs[arm]),
+    }
+    if base is not None and base in runs:
+        out["ratio_vs_parent"] = _paired(ratios, _ratio_to_adamw(runs[base], adamw, keys))
+    return out
 
 
 def missing(results: Path, arms: dict[str, Any], runs) -> list[str]:
@@ -217,7 +272,7 @@ def verdict(table, adamw, tasks, horizons, planned) -> dict[str, Any]:
     }
 
 
-def _fmt(entry: dict[str, Any] | None, paired: bool = False) -> str:
+def _fmt(entry: dict[str, Any] | None, versus: str | None = None) -> str:
     if entry is None:
         return "–"
     text = f"{entry['mean']:.3f}"
@@ -225,16 +280,32 @@ def _fmt(entry: dict[str, Any] | None, paired: bool = False) -> str:
         text += f" ± {entry['ci95']:.3f}"
     if entry.get("diverged_seeds"):
         text += f" ({entry['diverged_seeds']}/{entry['n']} div)"
-    if paired and "vs_pes" in entry:
-        d = entry["vs_pes"]
-        half = "" if math.isnan(d["ci95"]) else f" ± {d['ci95']:.3f}"
-        text += f"<br>Δ {d['mean']:+.3f}{half}, {d['wins']}/{d['n']} wins"
+    if versus is not None and f"vs_{versus}" in entry:
+        text += "<br>" + _fmt_delta(entry[f"vs_{versus}"])
     return text
+
+
+def _fmt_delta(d: dict[str, Any]) -> str:
+    half = "" if math.isnan(d["ci95"]) else f" ± {d['ci95']:.3f}"
+    return f"Δ {d['mean']:+.3f}{half}, {d['wins']}/{d['n']} wins"
+
+
+def _held_out_table(summary, arms: list[str], selection: str, keys, versus) -> list[str]:
+    table, adamw = summary["table"], summary["adamw"]
+    header = [f"{table[a]['label']} (n={len(table[a]['seeds'])})" for a in arms]
+    lines = ["| task @ steps | " + " | ".join(header) + " | AdamW, tuned (lr) |"]
+    lines.append("|---" * (len(arms) + 2) + "|")
+    for k in keys:
+        cells = [_fmt(table[a][f"{selection}/final"].get(k), versus(a)) for a in arms]
+        ref = f"{adamw[k]['final']:.3f} ({adamw[k]['learning_rate']:.2g})" if k in adamw else "–"
+        lines.append(f"| {k.replace('@', ' @ ')} | " + " | ".join(cells) + f" | {ref} |")
+    return lines + [""]
 
 
 def markdown(summary: dict[str, Any], tasks, horizons, environment: dict[str, Any]) -> str:
     table = summary["table"]
     run_commits = ", ".join(summary.get("run_commits", [])) or "none yet"
+    keys = [f"{t}@{h}" for t in tasks for h in horizons]
     lines = [
         "Generated by `python benchmarks/ablation.py --report` at commit "
         f"{summary.get('report_commit')}; study settings fixed at commit "
@@ -244,28 +315,69 @@ def markdown(summary: dict[str, Any], tasks, horizons, environment: dict[str, An
         "",
         "Final test loss of the learned optimizer alone, mean ± 95% CI over meta-training seeds "
         "(each seed: mean of 3 evaluation runs, capped at the initial loss); `div`: seeds with a "
-        "diverged evaluation run; Δ: paired difference to PES (negative = better than PES).",
+        "diverged evaluation run; Δ: paired difference over meta-training seeds (negative = "
+        "lower loss than the arm compared with).",
         "",
     ]
+    main = [a for a in ("pes", "elo") if a in table]
     for selection in SELECTIONS:
         lines.append(
-            f"### Checkpoint: {selection} "
+            f"### PES and ELO, checkpoint: {selection} "
             + ("(last outer step)" if selection == "final" else "(best meta-validation score)")
         )
         lines.append("")
-        keys = [f"{t}@{h}" for t in tasks for h in horizons]
-        arms = [a for a in table if table[a][f"{selection}/final"]]
-        header = [f"{table[a]['label']} (n={len(table[a]['seeds'])})" for a in arms]
-        lines.append("| task @ steps | " + " | ".join(header) + " | AdamW, tuned (lr) |")
-        lines.append("|---" * (len(arms) + 2) + "|")
-        adamw = summary["adamw"]
-        for k in keys:
-            cells = [_fmt(table[a][f"{selection}/final"].get(k), paired=True) for a in arms]
-            ref = (
-                f"{adamw[k]['final']:.3f} ({adamw[k]['learning_rate']:.2g})" if k in adamw else "–"
-            )
-            lines.append(f"| {k.replace('@', ' @ ')} | " + " | ".join(cells) + f" | {ref} |")
-        lines.append("")
+        lines += _held_out_table(
+            summary, main, selection, keys, lambda a: "pes" if a != "pes" else None
+        )
+    lines += [
+        "### Every arm at a glance (validation-selected checkpoints)",
+        "",
+        "Loss / AdamW: each seed's final test loss over tuned AdamW's, averaged over the "
+        f"{len(keys)} task × horizon cells (1 = AdamW; a summary across tasks, not the decision "
+        "rule), mean ± 95% CI; Δ: its paired difference to the arm compared with. Diverged: "
+        "seed × task cells at 5K steps and longer with a diverged evaluation run. Resets: "
+        "inner problems reset for divergence during meta-training, all seeds together.",
+        "",
+        "| arm (n) | compared with | loss / AdamW | Δ | diverged | meta-validation score | "
+        "resets |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for arm, row in table.items():
+        o = row["overview"]
+        ratio = o["ratio_to_adamw"]
+        ratio_text = (
+            "–"
+            if ratio is None
+            else f"{ratio[0]:.3f}" + ("" if math.isnan(ratio[1]) else f" ± {ratio[1]:.3f}")
+        )
+        delta = o.get("ratio_vs_parent")
+        score, half = row["meta"]["best_validation_score"]
+        score_text = f"{score:.3f}" + ("" if math.isnan(half) else f" ± {half:.3f}")
+        base = row["parent"]
+        lines.append(
+            f"| {row['label']} ({len(row['seeds'])}) | "
+            f"{table[base]['label'] if base in table else '–'} | {ratio_text} | "
+            f"{_fmt_delta(delta) if delta else '–'} | "
+            f"{o['diverged_seed_cells_at_5k_10k']}/{o['cells_at_5k_10k']} | {score_text} | "
+            f"{row['meta']['diverged_resets']} |"
+        )
+    lines.append("")
+    mechanisms = [a for a in table if a not in ("pes", "elo")]
+    if mechanisms:
+        lines += [
+            "### Mechanism arms (validation-selected checkpoints)",
+            "",
+            "Δ: paired difference to the arm each is a variant of (ELO for the ELO variants, "
+            "PES for PES-uniform).",
+            "",
+        ]
+        lines += _held_out_table(
+            summary,
+            [a for a in ("elo",) if a in table] + mechanisms,
+            "selected",
+            keys,
+            lambda a: table[a]["parent"] if a != "elo" else None,
+        )
     v = summary["verdict"]
     lines.append("### Decision rule")
     lines.append("")
