@@ -168,6 +168,7 @@ def summarise(results: Path, arms: dict[str, Any], tasks, horizons) -> dict[str,
         }
     for arm in table:
         table[arm]["overview"] = overview(runs, arm, table[arm]["parent"], adamw, keys, horizons)
+        table[arm]["in_distribution"] = in_distribution(runs[arm])
     return {
         "table": table,
         "adamw": adamw,
@@ -187,6 +188,38 @@ def _ratio_to_adamw(seeds, adamw, keys) -> dict[int, float]:
                 np.mean([_seed_value(held_out[k], "final")[0] / adamw[k]["final"] for k in keys])
             )
     return out
+
+
+CHANCE_LOSS = math.log(10.0)  # cross-entropy of the uniform prediction over 10 classes
+
+
+def in_distribution(seeds) -> dict[str, Any] | None:
+    """The validation-selected optimizer on the meta-training task's validation split across
+    parameter scales: per scale, mean ± 95% CI over meta-training seeds of the mean final loss
+    over evaluation seeds, each run capped at chance (ln 10) as held-out runs are capped at their
+    initial loss; a seed *diverged* at a scale when a run ended non-finite or above 2 ln 10."""
+    entries = [
+        r["selected"]["in_distribution"]
+        for r in seeds.values()
+        if r["selected"] is not None and r["selected"].get("in_distribution")
+    ]
+    if not entries:
+        return None
+    scales = entries[0]["scales"]
+    raw = np.asarray(
+        [[[np.nan if v is None else v for v in row] for row in e["losses"]] for e in entries],
+        float,
+    )  # [seed, scale, evaluation seed]
+    capped = np.where(np.isfinite(raw), np.minimum(raw, CHANCE_LOSS), CHANCE_LOSS).mean(axis=2)
+    diverged = (~np.isfinite(raw) | (raw > 2 * CHANCE_LOSS)).any(axis=2)
+    return {
+        "task": entries[0]["task"],
+        "num_steps": entries[0]["num_steps"],
+        "scales": scales,
+        "n": len(entries),
+        "loss": [_t_interval(capped[:, i]) for i in range(len(scales))],
+        "diverged_seeds": [int(diverged[:, i].sum()) for i in range(len(scales))],
+    }
 
 
 def overview(runs, arm: str, base: str | None, adamw, keys, horizons) -> dict[str, Any]:
@@ -302,6 +335,34 @@ def _held_out_table(summary, arms: list[str], selection: str, keys, versus) -> l
     return lines + [""]
 
 
+def _in_distribution_table(table) -> list[str]:
+    rows = {a: r["in_distribution"] for a, r in table.items() if r.get("in_distribution")}
+    if not rows:
+        return []
+    first = next(iter(rows.values()))
+    lines = [
+        "### In distribution: the meta-training task across parameter scales",
+        "",
+        f"`{first['task']}`, {first['num_steps']} steps, validation split, the "
+        "validation-selected optimizer alone on the task reparameterised by a scale s: it sees "
+        "parameters w/s and gradients s∇w (meta-training draws log-uniform scales in [1e-3, "
+        "1e3]). Final loss, each run capped at chance (ln 10 = 2.303), mean ± 95% CI over "
+        "meta-training seeds; `div`: seeds with a run that ended non-finite or above 2 ln 10.",
+        "",
+        "| arm (n) | " + " | ".join(f"scale {s:g}" for s in first["scales"]) + " |",
+        "|---" * (len(first["scales"]) + 1) + "|",
+    ]
+    for arm, row in rows.items():
+        cells = [
+            f"{m:.3f}"
+            + ("" if math.isnan(h) else f" ± {h:.3f}")
+            + (f" ({d}/{row['n']} div)" if d else "")
+            for (m, h), d in zip(row["loss"], row["diverged_seeds"])
+        ]
+        lines.append(f"| {table[arm]['label']} ({row['n']}) | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def markdown(summary: dict[str, Any], tasks, horizons, environment: dict[str, Any]) -> str:
     table = summary["table"]
     run_commits = ", ".join(summary.get("run_commits", [])) or "none yet"
@@ -362,6 +423,7 @@ def markdown(summary: dict[str, Any], tasks, horizons, environment: dict[str, An
             f"{row['meta']['diverged_resets']} |"
         )
     lines.append("")
+    lines += _in_distribution_table(table)
     mechanisms = [a for a in table if a not in ("pes", "elo")]
     if mechanisms:
         lines += [

@@ -159,3 +159,15 @@ def test_the_markdown_lists_missing_runs_and_every_arm(tmp_path):
     assert "Not finished yet: elo_no_buffer s2." in text
     assert "| ELO − buffer (2) | ELO |" in text
     assert not summary["verdict"]["elo_beats_pes"]
+
+
+def test_in_distribution_caps_at_chance_and_flags_blow_ups():
+    def seed(losses):
+        entry = {"task": "t", "num_steps": 10, "scales": [1.0, 100.0], "losses": losses}
+        return {"selected": {"held_out": {}, "in_distribution": entry}}
+
+    seeds = {0: seed([[0.4, 0.4], [2.0, 2.0]]), 1: seed([[0.6, 0.6], [900.0, None]])}
+    result = ablation_report.in_distribution(seeds)
+    assert result["loss"][0][0] == pytest.approx(0.5)
+    assert result["loss"][1][0] == pytest.approx((2.0 + ablation_report.CHANCE_LOSS) / 2)
+    assert result["diverged_seeds"] == [0, 1]
