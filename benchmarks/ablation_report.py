@@ -471,11 +471,17 @@ def figures(results: Path, arms, tasks, horizons) -> list[Path]:
 
     runs = collect(results, arms)
     written = []
-    for horizon in horizons:
+    main = [a for a in ("pes", "elo") if a in runs]
+    mechanisms = [a for a in runs if a not in ("pes", "elo")]
+    # PES and ELO at every horizon; ELO beside its variants (and PES-uniform) at the longest.
+    panels = [(h, main, f"curves_{h}.png") for h in horizons]
+    if mechanisms:
+        panels.append((max(horizons), ["elo", *mechanisms], "mechanisms.png"))
+    for horizon, shown, filename in panels:
         fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
         for ax, task in zip(axes[0], tasks):
             key = f"{task}@{horizon}"
-            for arm, seeds in runs.items():
+            for arm, seeds in ((a, runs[a]) for a in shown if a in runs):
                 entries = [r["selected"]["held_out"].get(key) for r in seeds.values()]
                 entries = [e for e in entries if e is not None]
                 if not entries:
@@ -517,7 +523,7 @@ def figures(results: Path, arms, tasks, horizons) -> list[Path]:
             "(validation-selected checkpoint; mean ± 95% CI over meta-training seeds)"
         )
         fig.tight_layout()
-        path = results / f"curves_{horizon}.png"
+        path = results / filename
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
