@@ -471,6 +471,7 @@ def figures(results: Path, arms, tasks, horizons) -> list[Path]:
 
     runs = collect(results, arms)
     written = []
+    color = {arm: f"C{i}" for i, arm in enumerate(arms)}  # one colour per arm in every figure
     main = [a for a in ("pes", "elo") if a in runs]
     mechanisms = [a for a in runs if a not in ("pes", "elo")]
     # PES and ELO at every horizon; ELO beside its variants (and PES-uniform) at the longest.
@@ -500,7 +501,9 @@ def figures(results: Path, arms, tasks, horizons) -> list[Path]:
                     ]
                 )
                 mean, half = _ci_band(per_seed)
-                ax.plot(steps, mean, label=f"{arms[arm].label} (n={len(entries)})")
+                ax.plot(
+                    steps, mean, color=color[arm], label=f"{arms[arm].label} (n={len(entries)})"
+                )
                 ax.fill_between(
                     steps, mean - half, mean + half, alpha=0.15, color=ax.lines[-1].get_color()
                 )
@@ -537,7 +540,7 @@ def figures(results: Path, arms, tasks, horizons) -> list[Path]:
             [[np.nan if v is None else v for v in m["curves"]["meta_loss"][:n]] for m in metas]
         )
         mean, half = _ci_band(fused)
-        axes[0].plot(steps[:n], mean, label=arms[arm].label)
+        axes[0].plot(steps[:n], mean, color=color[arm], label=arms[arm].label)
         axes[0].fill_between(
             steps[:n], mean - half, mean + half, alpha=0.15, color=axes[0].lines[-1].get_color()
         )
@@ -545,7 +548,9 @@ def figures(results: Path, arms, tasks, horizons) -> list[Path]:
         m = min(len(x["validation"]) for x in metas)
         scores = np.asarray([[c["score"] for c in x["validation"][:m]] for x in metas])
         mean, half = _ci_band(scores)
-        axes[1].plot(vsteps[:m], mean, marker="o", markersize=3, label=arms[arm].label)
+        axes[1].plot(
+            vsteps[:m], mean, color=color[arm], marker="o", markersize=3, label=arms[arm].label
+        )
         axes[1].fill_between(
             vsteps[:m], mean - half, mean + half, alpha=0.15, color=axes[1].lines[-1].get_color()
         )
