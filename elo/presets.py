@@ -83,7 +83,7 @@ _CPU = dict(
     max_horizon=1000,
     initial_step_offset=200,
     # 3000: in the ablation study, ELO's learned optimizer after 3000 outer steps trained the
-    # tutorial's held-out task to within 3.2% of tuned AdamW's test loss in each of 3 meta-seeds.
+    # tutorial's held-out task to within 5.4% of tuned AdamW's test loss in each of 5 meta-seeds.
     num_outer_steps=3_000,
     meta_learning_rate=1e-3,
     meta_final_learning_rate=1e-4,
