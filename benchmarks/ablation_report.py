@@ -1,9 +1,11 @@
 """Tables, paired statistics, the decision rule and figures of the ELO ablation study.
 
 Reads what `benchmarks/ablation.py` cached under its results directory and writes, next to it,
-`summary.json`, `summary.md`, `curves_<horizon>.png` (held-out test-loss curves of every arm,
-mean ± 95% CI over meta-training seeds) and `meta_training.png` (the fused meta-loss next to the
-learned optimizer's own validation score). Called by `python benchmarks/ablation.py --report`;
+`summary.json`, `summary.md`, `curves_<horizon>.png` (held-out test-loss curves of PES and ELO,
+mean ± 95% CI over meta-training seeds), `mechanisms_<horizon>.png` (the same for ELO beside
+each of its variants and PES-uniform), and `meta_training.png` / `meta_training_mechanisms.png`
+(the fused meta-loss next to the learned optimizer's own validation score and the furthest inner
+step reached). Called by `python benchmarks/ablation.py --report`;
 works on partial results (arms and seeds that are not done yet are left out and listed).
 
 Conventions:
@@ -464,107 +466,118 @@ def _ci_band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def figures(results: Path, arms, tasks, horizons) -> list[Path]:
+    """Held-out curves (PES and ELO; ELO beside its variants) at every horizon, and the
+    meta-training curves of the main arms and of the mechanism arms."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     runs = collect(results, arms)
-    written = []
     color = {arm: f"C{i}" for i, arm in enumerate(arms)}  # one colour per arm in every figure
     main = [a for a in ("pes", "elo") if a in runs]
     mechanisms = [a for a in runs if a not in ("pes", "elo")]
-    # PES and ELO at every horizon; ELO beside its variants (and PES-uniform) at the longest.
-    panels = [(h, main, f"curves_{h}.png") for h in horizons]
+    written = []
+    for horizon in horizons:
+        written.append(
+            _held_out_figure(results, runs, arms, color, main, tasks, horizon, f"curves_{horizon}")
+        )
+        if mechanisms:
+            shown = ["elo", *mechanisms]
+            written.append(
+                _held_out_figure(
+                    results, runs, arms, color, shown, tasks, horizon, f"mechanisms_{horizon}"
+                )
+            )
+    written.append(_meta_training_figure(results, runs, arms, color, main, "meta_training"))
     if mechanisms:
-        panels.append((max(horizons), ["elo", *mechanisms], "mechanisms.png"))
-    for horizon, shown, filename in panels:
-        fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
-        for ax, task in zip(axes[0], tasks):
-            key = f"{task}@{horizon}"
-            for arm, seeds in ((a, runs[a]) for a in shown if a in runs):
-                entries = [r["selected"]["held_out"].get(key) for r in seeds.values()]
-                entries = [e for e in entries if e is not None]
-                if not entries:
-                    continue
-                steps = np.asarray(entries[0]["steps"])
-                per_seed = np.asarray(
-                    [
-                        np.nanmean(
-                            [
-                                [np.nan if v is None else v for v in row]
-                                for row in e["test_loss_curve"]
-                            ],
-                            axis=0,
-                        )
-                        for e in entries
-                    ]
-                )
-                mean, half = _ci_band(per_seed)
-                ax.plot(
-                    steps, mean, color=color[arm], label=f"{arms[arm].label} (n={len(entries)})"
-                )
-                ax.fill_between(
-                    steps, mean - half, mean + half, alpha=0.15, color=ax.lines[-1].get_color()
-                )
-            ref = _adamw(results, key)
-            if ref is not None:
-                curve = np.nanmean(
-                    [[np.nan if v is None else v for v in row] for row in ref["test_loss_curve"]],
-                    axis=0,
-                )
-                ax.plot(ref["steps"], curve, "k--", label="AdamW (tuned)")
-            if ax.lines:
-                initial = [line.get_ydata()[0] for line in ax.lines]
-                ax.set_ylim(0, 1.3 * float(np.nanmax(initial)))
-            ax.set_title(key)
-            ax.set_xlabel("inner step")
-            ax.set_ylabel("test loss")
-        axes[0][0].legend(fontsize=7)
-        fig.suptitle(
-            f"Held-out test loss, learned optimizer alone, {horizon} steps "
-            "(validation-selected checkpoint; mean ± 95% CI over meta-training seeds)"
+        shown = [a for a in ("elo",) if a in runs] + mechanisms
+        written.append(
+            _meta_training_figure(results, runs, arms, color, shown, "meta_training_mechanisms")
         )
-        fig.tight_layout()
-        path = results / filename
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+    return written
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
-    for arm, seeds in runs.items():
-        metas = [r["meta"] for r in seeds.values()]
+
+def _nan(rows) -> np.ndarray:
+    return np.asarray([[np.nan if v is None else v for v in row] for row in rows], float)
+
+
+def _held_out_figure(results, runs, arms, color, shown, tasks, horizon, name) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        key = f"{task}@{horizon}"
+        for arm in (a for a in shown if a in runs):
+            entries = [r["selected"]["held_out"].get(key) for r in runs[arm].values()]
+            entries = [e for e in entries if e is not None]
+            if not entries:
+                continue
+            steps = np.asarray(entries[0]["steps"])
+            per_seed = np.asarray([np.nanmean(_nan(e["test_loss_curve"]), axis=0) for e in entries])
+            mean, half = _ci_band(per_seed)
+            ax.plot(steps, mean, color=color[arm], label=f"{arms[arm].label} (n={len(entries)})")
+            ax.fill_between(steps, mean - half, mean + half, alpha=0.15, color=color[arm])
+        ref = _adamw(results, key)
+        if ref is not None:
+            curve = np.nanmean(_nan(ref["test_loss_curve"]), axis=0)
+            ax.plot(ref["steps"], curve, "k--", label="AdamW (tuned)")
+        if ax.lines:
+            initial = [line.get_ydata()[0] for line in ax.lines]
+            ax.set_ylim(0, 1.3 * float(np.nanmax(initial)))
+        ax.set_title(key)
+        ax.set_xlabel("inner step")
+        ax.set_ylabel("test loss")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(
+        f"Held-out test loss, learned optimizer alone, {horizon} steps "
+        "(validation-selected checkpoint; mean ± 95% CI over meta-training seeds)"
+    )
+    fig.tight_layout()
+    path = results / f"{name}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _meta_training_figure(results, runs, arms, color, shown, name) -> Path:
+    """The fused meta-loss, the learned optimizer's own validation score, and how far inner
+    problems reach (the buffer carries ELO's far beyond the sampled horizons)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 3.8))
+    for arm in (a for a in shown if a in runs):
+        metas = [r["meta"] for r in runs[arm].values()]
         steps = np.asarray(metas[0]["curves"]["step"])
-        n = min(len(m["curves"]["meta_loss"]) for m in metas)
-        fused = np.asarray(
-            [[np.nan if v is None else v for v in m["curves"]["meta_loss"][:n]] for m in metas]
-        )
-        mean, half = _ci_band(fused)
-        axes[0].plot(steps[:n], mean, color=color[arm], label=arms[arm].label)
-        axes[0].fill_between(
-            steps[:n], mean - half, mean + half, alpha=0.15, color=axes[0].lines[-1].get_color()
-        )
-        vsteps = np.asarray([c["step"] for c in metas[0]["validation"]])
+        for ax, curve in ((axes[0], "meta_loss"), (axes[2], "max_inner_step")):
+            n = min(len(m["curves"][curve]) for m in metas)
+            mean, half = _ci_band(_nan(m["curves"][curve][:n] for m in metas))
+            ax.plot(steps[:n], mean, color=color[arm], label=arms[arm].label)
+            ax.fill_between(steps[:n], mean - half, mean + half, alpha=0.15, color=color[arm])
         m = min(len(x["validation"]) for x in metas)
-        scores = np.asarray([[c["score"] for c in x["validation"][:m]] for x in metas])
-        mean, half = _ci_band(scores)
+        vsteps = np.asarray([c["step"] for c in metas[0]["validation"][:m]])
+        mean, half = _ci_band(
+            np.asarray([[c["score"] for c in x["validation"][:m]] for x in metas])
+        )
         axes[1].plot(
-            vsteps[:m], mean, color=color[arm], marker="o", markersize=3, label=arms[arm].label
+            vsteps,
+            mean,
+            color=color[arm],
+            marker="o",
+            markersize=3,
+            label=f"{arms[arm].label} (n={len(metas)})",
         )
-        axes[1].fill_between(
-            vsteps[:m], mean - half, mean + half, alpha=0.15, color=axes[1].lines[-1].get_color()
-        )
+        axes[1].fill_between(vsteps, mean - half, mean + half, alpha=0.15, color=color[arm])
     axes[0].set_title("meta-loss of the trained (fused) trajectories")
     axes[1].set_title("learned optimizer alone: meta-validation score")
+    axes[2].set_title("furthest inner step any inner problem reached")
     for ax in axes:
         ax.set_xlabel("outer step")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
-    path = results / "meta_training.png"
+    path = results / f"{name}.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    written.append(path)
-    return written
+    return path
 
 
 def report(results: Path, arms, tasks, horizons, docs_images: Path | None = None) -> None:
