@@ -2,15 +2,12 @@
 
 import argparse
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import signal
-import socket
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +17,18 @@ import jax.random as jr
 
 from .. import distributed, presets
 from .._build import build_meta_optimizer
-from .._checkpoint import config_differences, load, optimizer_spec, read_checkpoint, save
+from .._checkpoint import load, optimizer_spec, save
 from .._config import MetaConfig
 from .._cpu import use_cpu_cores
 from .._export import load_optimizer
 from .._io import atomic_write, CheckpointError, remove_stale_temporaries
 from .._mesh import particle_mesh, place
 from .._meta_step import meta_step
-from .._run_dir import BEST_OPTIMIZER, CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_CHECKPOINT
+from .._run_dir import BEST_OPTIMIZER, CONFIG_FILE, METRICS_FILE, RUN_CHECKPOINT
 from .._state import init, MetaState
 from ._common import CLIError, parse_overrides
-from ._metrics_file import aside_name, clean_record, read_validation, repair_metrics
+from ._metrics_file import clean_record, read_validation, repair_metrics
+from ._run_dir_guard import check_run_dir, locked, replace_earlier_start
 from ._validator import validation_settings, Validator
 
 
@@ -173,101 +171,6 @@ def build_config(preset: str, steps: int | None, overrides: list[str]) -> MetaCo
         raise CLIError(str(e)) from None
 
 
-@contextlib.contextmanager
-def _locked(out: Path) -> Iterator[None]:
-    """Hold `out/.lock` while this process uses the run directory: a second `elo meta-train` on
-    it would interleave its metrics and checkpoints with ours."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / LOCK_FILE, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
-            raise CLIError(
-                f"{out} is in use by another elo meta-train ({holder}); wait for it to end, or "
-                "choose another --out."
-            ) from None
-        except OSError:
-            # Some network filesystems have no locks; running unlocked beats not running.
-            pass
-        else:
-            f.truncate(0)
-            f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-            f.flush()
-        yield
-
-
-def _check_run_dir(out: Path, record: dict[str, Any], config: MetaConfig) -> tuple[str, str]:
-    """How this command may use `out`, as `(kind, detail)`.
-
-    `kind` is `"new"`; `"resume"`; `"recover"` (`config.json` is lost, the checkpoint's header
-    holds the same configuration); or `"replace"` (`config.json` holds other settings but there is
-    no checkpoint, so nothing is resumable: the new settings take over, and `detail` names the
-    old ones). Anything else is a [`CLIError`][] that says what to do.
-    """
-    config_path = out / CONFIG_FILE
-    checkpoint = out / RUN_CHECKPOINT
-    if not config_path.is_file():
-        if checkpoint.is_file():
-            header, _ = read_checkpoint(checkpoint)
-            saved_config = header.get("config")
-            if not isinstance(saved_config, dict):
-                raise CLIError(
-                    f"{out} has lost its {CONFIG_FILE} and its checkpoint's header holds no "
-                    "configuration; choose another --out."
-                )
-            differences = config_differences(saved_config, config)
-            if differences:
-                raise CLIError(
-                    f"{out} has lost its {CONFIG_FILE}; its checkpoint's header holds the run's "
-                    f"settings, and they differ from this command's: {'; '.join(differences)}. "
-                    "Rerun with the checkpoint's values to resume it (the file is then rebuilt)."
-                )
-            return "recover", ""
-        if out.is_dir() and any(p for p in out.iterdir() if not p.name.startswith(".")):
-            raise CLIError(
-                f"--out {out} is a non-empty directory without {CONFIG_FILE}; it is not an elo "
-                "run directory. Choose another --out."
-            )
-        return "new", ""
-    try:
-        saved = json.loads(config_path.read_text())
-        saved_config = saved["config"]
-        saved_seed = saved["seed"]
-        saved_init = saved.get("init_from")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        if not checkpoint.is_file():
-            return "replace", f"its {CONFIG_FILE} is unreadable"
-        raise CLIError(
-            f"{config_path} is unreadable or corrupt; delete it to rebuild it from the "
-            "checkpoint's header, or choose another --out."
-        ) from None
-    differences = config_differences(saved_config, config)
-    if saved_seed != record["seed"]:
-        differences.insert(0, f"seed: {saved_seed!r} (run directory) vs {record['seed']!r} (now)")
-    if saved_init != record.get("init_from"):
-        differences.append(
-            f"init_from: {saved_init!r} (run directory) vs {record.get('init_from')!r} (now)"
-        )
-    if not differences:
-        return "resume", ""
-    joined = "; ".join(d.replace("(checkpoint)", "(run directory)") for d in differences)
-    if not checkpoint.is_file():
-        return "replace", f"other settings: {joined}"
-    if any(d.startswith("num_outer_steps:") for d in differences):
-        raise CLIError(
-            f"{out} holds a run with different settings: {joined}. A run cannot be extended: "
-            "num_outer_steps shapes the meta-learning-rate cosine schedule and the supervision "
-            "schedule, so other --steps make another run. To train on from this run's learned "
-            f"optimizer, start a new one: add --init-from {out} and choose another --out."
-        )
-    raise CLIError(
-        f"{out} holds a run with different settings: {joined}. Use another --out, or the "
-        "run's settings to resume it."
-    )
-
-
 def _init_from_path(source: str | None, out: Path) -> Path | None:
     """`--init-from` as an absolute path; it must exist unless `out` has a checkpoint to resume
     (which holds the weights, so the source may since have moved)."""
@@ -363,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise CLIError(f"--out {out} exists and is not a directory.")
     writer = jax.process_index() == 0
-    with _locked(out) if writer else contextlib.nullcontext():
+    with locked(out) if writer else contextlib.nullcontext():
         return _run(args, out, record, config, validation, init_from)
 
 
@@ -375,7 +278,7 @@ def _run(
     validation: tuple | None,
     init_from: Path | None,
 ) -> int:
-    kind, earlier = _check_run_dir(out, record, config)
+    kind, earlier = check_run_dir(out, record, config)
     writer = jax.process_index() == 0
     checkpoint = out / RUN_CHECKPOINT
     metrics_path = out / METRICS_FILE
@@ -396,7 +299,7 @@ def _run(
     # leaves nothing that would refuse the corrected one.
     if writer:
         if kind == "replace":
-            _replace_earlier_start(out, earlier)
+            replace_earlier_start(out, earlier)
         if kind != "resume":
             atomic_write(out / CONFIG_FILE, [json.dumps(record, indent=2).encode() + b"\n"])
         if kind == "recover":
@@ -430,23 +333,6 @@ def _run(
         args.no_progress,
         timeout,
         validator,
-    )
-
-
-def _replace_earlier_start(out: Path, earlier: str) -> None:
-    """Make way for a fresh start over an earlier one that never reached a checkpoint, keeping
-    what it wrote under other names."""
-    kept = []
-    for path in (out / METRICS_FILE, out / BEST_OPTIMIZER):
-        if path.exists():
-            aside = aside_name(path, "replaced")
-            os.replace(path, aside)
-            kept.append(f"its {path.name} is kept as {aside.name}")
-    note = "; ".join(kept) if kept else "it wrote no metrics"
-    print(
-        f"{out}: an earlier start ({earlier}) never reached a checkpoint; starting afresh with "
-        f"this command's settings ({note}).",
-        file=sys.stderr,
     )
 
 
