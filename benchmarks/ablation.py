@@ -122,19 +122,27 @@ def parse_args():
 # Jobs
 
 
-def jobs(args) -> list[tuple[str, int]]:
-    """(arm, seed) in priority order: PES and ELO paired seed by seed, then the mechanisms."""
+def planned_arms(args) -> dict[str, Arm]:
+    """The arms this call runs or reports (--only), each with its seeds capped by --seeds."""
     chosen = [a for a in args.only.split(",") if a] or list(ARMS)
     unknown = sorted(set(chosen) - set(ARMS))
     if unknown:
         raise SystemExit(f"unknown arm(s) {unknown}; known: {', '.join(ARMS)}")
+    return {
+        arm: dataclasses.replace(
+            ARMS[arm], seeds=min(ARMS[arm].seeds, args.seeds) if args.seeds else ARMS[arm].seeds
+        )
+        for arm in ARMS
+        if arm in chosen
+    }
 
-    def seeds(arm: str) -> int:
-        return min(ARMS[arm].seeds, args.seeds) if args.seeds else ARMS[arm].seeds
 
-    main = [(a, s) for s in range(5) for a in MAIN_ARMS if a in chosen and s < seeds(a)]
-    others = [a for a in chosen if a not in MAIN_ARMS]
-    return main + [(a, s) for s in range(3) for a in others if s < seeds(a)]
+def jobs(args) -> list[tuple[str, int]]:
+    """(arm, seed) in priority order: PES and ELO paired seed by seed, then the mechanisms."""
+    arms = planned_arms(args)
+    main = [(a, s) for s in range(5) for a in MAIN_ARMS if a in arms and s < arms[a].seeds]
+    others = [a for a in arms if a not in MAIN_ARMS]
+    return main + [(a, s) for s in range(3) for a in others if s < arms[a].seeds]
 
 
 def log(message: str) -> None:
@@ -390,7 +398,8 @@ def main() -> None:
         # Only the committed study's figures go to the docs, never a smaller trial's.
         committed = results.resolve() == Path("benchmarks/results/ablation").resolve()
         docs_images = Path("docs/images/ablation") if committed else None
-        report(results, ARMS, tasks, horizons, docs_images=docs_images)
+        # The plan is what --only and --seeds ask for: a smaller study is judged on its own.
+        report(results, planned_arms(args), tasks, horizons, docs_images=docs_images)
         return
     settings = {
         "meta_steps": args.meta_steps,
