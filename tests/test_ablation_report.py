@@ -171,3 +171,34 @@ def test_in_distribution_caps_at_chance_and_flags_blow_ups():
     assert result["loss"][0][0] == pytest.approx(0.5)
     assert result["loss"][1][0] == pytest.approx((2.0 + ablation_report.CHANCE_LOSS) / 2)
     assert result["diverged_seeds"] == [0, 1]
+
+
+def test_the_budget_comparison_pairs_seeds_across_budgets(tmp_path):
+    # Two budgets of the same study: at the short one ELO is 0.1 above PES on every seed, at the
+    # long one 0.05 + 0.01*seed below it; PES gains exactly 0.2 from the longer budget.
+    import ablation_budget
+
+    def short_loss(arm, seed, key):
+        return 1.0 + 0.01 * seed + (0.1 if arm == "elo" else 0.0)
+
+    def long_loss(arm, seed, key):
+        pes = 0.8 + 0.01 * seed
+        return pes - (0.05 + 0.01 * seed) if arm == "elo" else pes
+
+    for name, loss, steps in (("short", short_loss, 3000), ("long", long_loss, 10000)):
+        _study(tmp_path / name, loss=loss)
+        settings = {"meta_steps": steps, "held_out": list(TASKS), "horizons": list(HORIZONS)}
+        _write(tmp_path / name / "settings.json", {"settings": settings})
+    result = ablation_budget.compare(tmp_path / "short", tmp_path / "long")
+    assert result["budgets"] == {"short": 3000, "long": 10000}
+    assert result["seeds"] == [0, 1, 2]
+    assert len(result["cells"]) == 2 * len(TASKS) * len(HORIZONS)
+    cell = result["cells"]["selected/task_b@5000"]
+    assert cell["elo_minus_pes"]["short"]["mean"] == pytest.approx(0.1)
+    assert cell["elo_minus_pes"]["short"]["wins"] == 0
+    assert cell["elo_minus_pes"]["long"]["mean"] == pytest.approx(-0.06)
+    assert cell["elo_minus_pes"]["long"]["wins"] == 3
+    assert cell["long_minus_short"]["pes"]["mean"] == pytest.approx(-0.2)
+    assert cell["long_minus_short"]["pes"]["ci95"] == pytest.approx(0.0, abs=1e-9)
+    text = ablation_budget.markdown(result, "abc1234")
+    assert "| task_b@5000 |" in text and "+0.100 ± 0.000 (0/3)" in text
