@@ -2,10 +2,15 @@
 
 `python tests/golden/record.py` (from the repository root) records them into `tests/golden/*.npz`;
 `tests/test_golden.py` replays them and requires bit-identical learned-optimizer weights and
-metrics. Re-record only when a change is *meant* to alter the numerics, and say so in the commit.
+metrics on a CPU with the recording machine's instruction set (XLA's CPU code generator picks its
+vector width and hence its summation order from the CPU's features, so other CPUs agree only to
+float reassociation). Re-record only when a change is *meant* to alter the numerics, and say so in
+the commit.
 """
 
+import hashlib
 import json
+import platform
 from pathlib import Path
 
 import equinox as eqx
@@ -77,9 +82,32 @@ GOLDEN_METRICS = (
 
 
 def versions() -> dict[str, str]:
+    """The library versions and the CPU a recording was made with."""
     import jaxlib
 
-    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "equinox": eqx.__version__}
+    return {
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "equinox": eqx.__version__,
+        **cpu(),
+    }
+
+
+def cpu() -> dict[str, str]:
+    """This CPU: its model name and a digest of its feature flags (what XLA compiles for)."""
+    model, flags = platform.processor(), ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        fields: dict[str, str] = {}
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+        model = fields.get("model name", model)
+        flags = " ".join(sorted(fields.get("flags", "").split()))
+    return {
+        "cpu_model": model,
+        "cpu_flags_sha256": hashlib.sha256(f"{platform.machine()} {flags}".encode()).hexdigest(),
+    }
 
 
 def main() -> None:
