@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 from _provenance import git_commit
-from ablation_report import _load, _paired, _per_seed, collect
+from ablation_report import _fmt_delta, _load, _paired, _per_seed, collect
 
 
 ARMS = ("pes", "elo")
@@ -97,10 +97,7 @@ def compare(short: Path, long: Path) -> dict[str, Any]:
 
 
 def _delta(d: dict[str, Any] | None) -> str:
-    if d is None:
-        return "–"
-    half = "" if d["ci95"] != d["ci95"] else f" ± {d['ci95']:.3f}"
-    return f"{d['mean']:+.3f}{half} ({d['wins']}/{d['n']})"
+    return "–" if d is None else _fmt_delta(d)
 
 
 def markdown(result: dict[str, Any], commit: str) -> str:
@@ -110,7 +107,7 @@ def markdown(result: dict[str, Any], commit: str) -> str:
         f"meta-trained for {short} and for {long} outer steps, meta-training seeds "
         f"{', '.join(map(str, result['seeds']))} at both budgets. Final test loss of the learned "
         "optimizer alone, mean over seeds (`div`: seeds with a diverged evaluation run); Δ: "
-        "paired difference ± 95% CI (seeds with a negative difference / seeds).",
+        "paired difference ± 95% CI, wins: seeds with a negative difference / seeds.",
         "",
     ]
     for selection, title in SELECTIONS.items():

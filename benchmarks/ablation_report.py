@@ -501,13 +501,17 @@ def _nan(rows) -> np.ndarray:
     return np.asarray([[np.nan if v is None else v for v in row] for row in rows], float)
 
 
+def _banded(shown) -> set[str]:
+    """The arms a figure draws a CI band for: the first shown and PES. With 3 seeds a t-interval is
+    ±4.3 standard errors, and seven such bands hide the means."""
+    return {shown[0], "pes"}
+
+
 def _held_out_figure(results, runs, arms, color, shown, tasks, horizon, name) -> Path:
-    """Test-loss curves of `shown` on every task; a CI band for the first arm and for PES/ELO
-    (with 3 seeds a t-interval is ±4.3 standard errors, and seven such bands hide the means)."""
+    """Test-loss curves of `shown` on every task, with CI bands for `_banded(shown)`."""
     import matplotlib.pyplot as plt
 
-    banded = {shown[0], "pes"}
-
+    banded = _banded(shown)
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         key = f"{task}@{horizon}"
@@ -551,7 +555,7 @@ def _meta_training_figure(results, runs, arms, color, shown, name) -> Path:
     problems reach (the buffer carries ELO's far beyond the sampled horizons)."""
     import matplotlib.pyplot as plt
 
-    banded = {shown[0], "pes"}  # as in _held_out_figure
+    banded = _banded(shown)
     fig, axes = plt.subplots(1, 3, figsize=(16, 3.8))
     for arm in (a for a in shown if a in runs):
         metas = [r["meta"] for r in runs[arm].values()]

@@ -201,4 +201,4 @@ def test_the_budget_comparison_pairs_seeds_across_budgets(tmp_path):
     assert cell["long_minus_short"]["pes"]["mean"] == pytest.approx(-0.2)
     assert cell["long_minus_short"]["pes"]["ci95"] == pytest.approx(0.0, abs=1e-9)
     text = ablation_budget.markdown(result, "abc1234")
-    assert "| task_b@5000 |" in text and "+0.100 ± 0.000 (0/3)" in text
+    assert "| task_b@5000 |" in text and "Δ +0.100 ± 0.000, 0/3 wins" in text
