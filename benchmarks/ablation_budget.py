@@ -36,7 +36,14 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--short", default="benchmarks/results/ablation")
     parser.add_argument("--long", default="benchmarks/results/ablation_t10000")
-    return parser.parse_args()
+    args = parser.parse_args()
+    for flag in ("short", "long"):
+        if not (Path(getattr(args, flag)) / "settings.json").is_file():
+            parser.error(
+                f"--{flag} {getattr(args, flag)} is not a results directory of "
+                "benchmarks/ablation.py (no settings.json); pass the --results-dir it was run with"
+            )
+    return args
 
 
 def _budget(results: Path) -> int:
