@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxtyping import Array, ArrayLike, Float, Int, PyTree
 
 from .._custom_types import Params, Updates
@@ -26,6 +27,12 @@ class LOState(eqx.Module):
       `(0, k_f)` for rank $\\leq 1$;
     - `v_diag`: the unfactored second moment for rank $\\leq 1$, shape $S + (k_f,)$; `(0, k_f)`
       for rank $\\geq 2$.
+
+    `mom` and `rms` have the parameters' dtype (bfloat16 parameters keep bfloat16 momenta, as
+    in the reference); `v_row`, `v_col` and `v_diag` are float32. Per element, that is 16 B
+    for a float32 matrix (8 B in bfloat16) plus its row and column statistics, and 12 B more
+    for a vector. `init` places each accumulator like its parameter when the parameter is
+    sharded (`NamedSharding`).
 
     `iteration` counts the updates done so far and `num_steps` is the length of the run; both are
     `int32` scalar arrays, so they can be traced (e.g. when inner problems with different horizons
@@ -63,6 +70,21 @@ def _decays(decays: Sequence[float], ndim: int) -> Float[Array, "..."]:
     return jnp.asarray(decays, jnp.float32).reshape((1,) * ndim + (len(decays),))
 
 
+def _zeros(p: Array, shape: tuple[int, ...], dtype, dropped: int | None = None) -> Array:
+    """Zeros of `shape` (the parameter's axes, `dropped` removed, then one more axis) placed
+    like the parameter `p` when `p` is an array sharded by a `NamedSharding`."""
+    try:
+        sharding = p.sharding
+    except AttributeError:  # a traced array: its placement is decided with the computation's
+        sharding = None
+    if not isinstance(sharding, NamedSharding):
+        return jnp.zeros(shape, dtype)
+    spec = list(sharding.spec) + [None] * (p.ndim - len(sharding.spec))
+    if dropped is not None:
+        del spec[dropped]
+    return jnp.zeros(shape, dtype, device=NamedSharding(sharding.mesh, P(*spec, None)))
+
+
 def init_accumulators(
     params: Params,
     num_steps: int | Int[ArrayLike, ""],
@@ -78,17 +100,21 @@ def init_accumulators(
     empty = jnp.zeros((0, nf), jnp.float32)
     for p in leaves:
         shape = tuple(p.shape)
-        mom.append(jnp.zeros(shape + (nm,), p.dtype))
-        rms.append(jnp.zeros(shape + (nv,), p.dtype))
+        mom.append(_zeros(p, shape + (nm,), p.dtype))
+        rms.append(_zeros(p, shape + (nv,), p.dtype))
         dims = factored_dims(shape)
         if dims is None:
             row.append(empty)
             col.append(empty)
-            diag.append(jnp.zeros(shape + (nf,), jnp.float32))
+            diag.append(_zeros(p, shape + (nf,), jnp.float32))
         else:
             d1, d0 = dims
-            row.append(jnp.zeros(tuple(np.delete(shape, d0)) + (nf,), jnp.float32))
-            col.append(jnp.zeros(tuple(np.delete(shape, d1)) + (nf,), jnp.float32))
+            row.append(
+                _zeros(p, tuple(int(n) for n in np.delete(shape, d0)) + (nf,), jnp.float32, d0)
+            )
+            col.append(
+                _zeros(p, tuple(int(n) for n in np.delete(shape, d1)) + (nf,), jnp.float32, d1)
+            )
             diag.append(empty)
     unflatten = lambda xs: jax.tree.unflatten(treedef, xs)
     return LOState(

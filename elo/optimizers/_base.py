@@ -73,7 +73,7 @@ class AbstractLearnedOptimizer(eqx.Module, Generic[_State]):
 
     @abc.abstractmethod
     def update_preprocessed(
-        self, grads: Updates, state: _State, params: Params
+        self, grads: Updates, state: _State, params: Params, *, chunk_size: int | None = None
     ) -> tuple[Updates, _State]:
         """Compute one update from gradients already passed through `preprocess_grads`.
 
@@ -82,13 +82,17 @@ class AbstractLearnedOptimizer(eqx.Module, Generic[_State]):
         - `grads`: preprocessed gradients, structured like `params`.
         - `state`: the current optimizer state.
         - `params`: the current parameters.
+        - `chunk_size`: how many elements of a large tensor are processed at once (bounds the
+          update's working memory; `None`: the default, see [`elo.as_optax`][]).
 
         **Returns:**
 
         `(updates, new_state)`, where `params + updates` are the new parameters.
         """
 
-    def update(self, grads: Updates, state: _State, params: Params) -> tuple[Updates, _State]:
+    def update(
+        self, grads: Updates, state: _State, params: Params, *, chunk_size: int | None = None
+    ) -> tuple[Updates, _State]:
         """Compute one update.
 
         **Arguments:**
@@ -96,12 +100,16 @@ class AbstractLearnedOptimizer(eqx.Module, Generic[_State]):
         - `grads`: gradients, structured like `params`.
         - `state`: the current optimizer state.
         - `params`: the current parameters.
+        - `chunk_size`: how many elements of a large tensor are processed at once (bounds the
+          update's working memory; `None`: the default, see [`elo.as_optax`][]).
 
         **Returns:**
 
         `(updates, new_state)`, where `params + updates` are the new parameters.
         """
-        return self.update_preprocessed(self.preprocess_grads(grads), state, params)
+        return self.update_preprocessed(
+            self.preprocess_grads(grads), state, params, chunk_size=chunk_size
+        )
 
     @abc.abstractmethod
     def learning_rate(

@@ -7,17 +7,21 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from .._custom_types import Params, Updates
 from ._accumulators import accumulate, factored_dims, LOState, safe_rsqrt
+from ._chunked import check_chunk_size, default_chunk_size, explicit_sharding
 from ._mlp_optimizer import AbstractMLPOptimizer
 from ._network import (
     bcast,
     explicit_features,
+    MERGE_SIZE,
     mlp,
     mlp_many,
     second_moment_normalize,
+    streamed_mlp,
     TensorFeatures,
     truncated_normal,
 )
@@ -82,6 +86,18 @@ def _features(p, g, m, v, fac_g, v_row, v_col) -> TensorFeatures:
     row = jnp.expand_dims(jnp.concatenate([v_row, lax.rsqrt(v_row + 1e-8)], -1), d0)
     col = jnp.expand_dims(jnp.concatenate([v_col, lax.rsqrt(v_col + 1e-8)], -1), d1)
     return TensorFeatures(dense, row, col, _FACTORED_DENSE_ROWS, _ROW_ROWS, _COL_ROWS)
+
+
+def _dense_channels(p, g, m, v, rowf, colf):
+    """The full-size channels of `_features` (rank >= 2) from per-element inputs (any float
+    dtype) and the Adafactor row and column factors `rowf`, `colf` broadcast to the tensor's
+    rank."""
+    p, g, m, v = (x.astype(jnp.float32) for x in (p, g, m, v))
+    rsqrt_v = lax.rsqrt(v + 1e-8)
+    gc = g[..., None]
+    fac_g = gc * rowf * colf
+    base = (gc, jnp.clip(gc, -0.1, 0.1), p[..., None], m, v, m * rsqrt_v, rsqrt_v, fac_g)
+    return base + (gc * rsqrt_v, m * rowf * colf)
 
 
 def _mlp_axes(ndim: int) -> tuple[int, ...]:
@@ -337,17 +353,33 @@ class Celo2(AbstractMLPOptimizer):
 
     def _step(self, direction):
         axes = _mlp_axes(direction.ndim)
-        ns = direction
-        if self.orthogonalize and direction.ndim >= 2:
-            ns = newton_schulz(direction, form="celo2")
-        return ns, second_moment_normalize(ns, axes, _EPS)
+        if not (self.orthogonalize and direction.ndim >= 2):
+            return direction, second_moment_normalize(direction, axes, _EPS)
+        # Newton-Schulz multiplies whole matrices. Under an Explicit mesh a sharded direction is
+        # gathered for it (the compiler picks the collectives under an Auto mesh) and the step
+        # is sharded like the parameter again.
+        sharding = explicit_sharding(direction)
+        if sharding is not None:
+            direction = jax.sharding.reshard(direction, NamedSharding(sharding.mesh, P()))
+        ns = newton_schulz(direction, form="celo2")
+        step = second_moment_normalize(ns, axes, _EPS)
+        if sharding is not None:
+            ns, step = (jax.sharding.reshard(x, sharding) for x in (ns, step))
+        return ns, step
 
     def update_preprocessed(
-        self, grads: Updates, state: LOState, params: Params
+        self,
+        grads: Updates,
+        state: LOState,
+        params: Params,
+        *,
+        chunk_size: int | None = None,
     ) -> tuple[Updates, LOState]:
         """One update from preprocessed gradients: `(updates, new_state)`. Pure; jit- and
-        vmap-able (e.g. over a batch of optimizee states)."""
+        vmap-able (e.g. over a batch of optimizee states). `chunk_size`: see
+        [`elo.as_optax`][]."""
         check_structure(grads, params, state.mom, owner="Celo2")
+        chunk_size = check_chunk_size(chunk_size, owner="Celo2.update")
         t = state.iteration
         state, fac_g = accumulate(
             state,
@@ -368,7 +400,11 @@ class Celo2(AbstractMLPOptimizer):
             for x in (grads, state.mom, state.rms, fac_g, state.v_row, state.v_col)
         ]
         updates: list[Array | None] = [None] * len(path_leaves)
-        mlp_leaves, mlp_feats = [], []
+        directions: dict[int, Array] = {}
+        # Runs of consecutive small matrices share their matmuls (`mlp_many`); a large matrix
+        # is streamed through the MLP chunk by chunk on its own.
+        runs: list[list[int]] = [[]]
+        feats: dict[int, TensorFeatures] = {}
         for i, ((path, p), g, m, v, fg, row, col) in enumerate(zip(path_leaves, *others)):
             p32, m, v = p.astype(jnp.float32), m.astype(jnp.float32), v.astype(jnp.float32)
             if _is_adam_path(path, p):
@@ -376,24 +412,64 @@ class Celo2(AbstractMLPOptimizer):
                 v_hat = v[..., -1] / (1.0 - b2**count)
                 u = -(adam_lr * (m_hat / (jnp.sqrt(v_hat) + 1e-8) + adam_wd * p32))
                 updates[i] = u.reshape(p.shape).astype(p.dtype)
+            elif p.size > MERGE_SIZE:
+                directions[i] = self._large_direction(p, g, m, v, row, col, chunk_size)
+                runs.append([])
             else:
-                mlp_leaves.append(i)
-                mlp_feats.append(_features(p32, g.astype(jnp.float32), m, v, fg, row, col))
-        directions = mlp_many(
-            mlp_feats,
-            self.w0,
-            self.b0,
-            self._rest,
-            axes_list=[_mlp_axes(path_leaves[i][1].ndim) for i in mlp_leaves],
-            eps=_EPS,
-        )
-        for i, (direction,) in zip(mlp_leaves, directions):
+                runs[-1].append(i)
+                feats[i] = _features(p32, g.astype(jnp.float32), m, v, fg, row, col)
+        for run in runs:
+            if not run:
+                continue
+            outputs = mlp_many(
+                [feats[i] for i in run],
+                self.w0,
+                self.b0,
+                self._rest,
+                axes_list=[_mlp_axes(path_leaves[i][1].ndim) for i in run],
+                eps=_EPS,
+            )
+            directions.update((i, direction) for i, (direction,) in zip(run, outputs))
+        for i in sorted(directions):
+            direction = directions[i]
             p = path_leaves[i][1]
             _, step = self._step(direction)
             u = -(lr * (step + self.weight_decay * p.astype(jnp.float32)))
             updates[i] = u.reshape(p.shape).astype(p.dtype)
         state = eqx.tree_at(lambda s: s.iteration, state, t + 1)
         return jax.tree.unflatten(treedef, updates), state
+
+    def _large_direction(self, p, g, m, v, v_row, v_col, chunk_size):
+        """The MLP direction of one large matrix (or stack of matrices), streamed through the
+        MLP in chunks: only the direction itself is materialised."""
+        dims = factored_dims(p.shape)
+        assert dims is not None
+        d1, d0 = dims
+        reduced_d1 = d1 - 1 if d1 > d0 else d1
+        row_mean = jnp.mean(v_row, axis=reduced_d1, keepdims=True)
+        rowf = jnp.expand_dims(safe_rsqrt(v_row / (row_mean + 1e-9)), d0)
+        colf = jnp.expand_dims(safe_rsqrt(v_col), d1)
+        row = jnp.expand_dims(jnp.concatenate([v_row, lax.rsqrt(v_row + 1e-8)], -1), d0)
+        col = jnp.expand_dims(jnp.concatenate([v_col, lax.rsqrt(v_col + 1e-8)], -1), d1)
+        (direction,) = streamed_mlp(
+            _dense_channels,
+            (p, g, m, v, rowf, colf),
+            dense_rows=_FACTORED_DENSE_ROWS,
+            row=row,
+            col=col,
+            row_rows=_ROW_ROWS,
+            col_rows=_COL_ROWS,
+            w0=self.w0,
+            bias0=self.b0,
+            rest=self._rest,
+            finish=lambda outputs, *_: outputs,
+            axes=_mlp_axes(p.ndim),
+            eps=_EPS,
+            like=p,
+            out_dtypes=(jnp.float32,),
+            chunk_size=default_chunk_size() if chunk_size is None else chunk_size,
+        )
+        return direction
 
     def tensor_outputs(
         self,

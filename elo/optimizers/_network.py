@@ -16,6 +16,7 @@ organised for speed on memory-bound hardware, with the same arithmetic as a plai
   and for small tensors the cost of a kernel is its launch, not its arithmetic.
 """
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -23,7 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import DTypeLike
 from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from ._chunked import chunked_map, chunked_sum
 
 
 _TIMESCALES = (1, 3, 10, 30, 100, 300, 1000, 3000, 10000, 30000, 100000)
@@ -302,3 +306,65 @@ def mlp_many(
             axes = [axes_list[i] for i in members]
             outputs.extend(_merged_mlp(feats, axes, w0, bias0, rest, eps))
     return outputs
+
+
+def streamed_mlp(
+    dense_fn: Callable[..., tuple[Float[Array, "..."], ...]],
+    inputs: tuple[Float[Array, "..."] | None, ...],
+    *,
+    dense_rows: tuple[int, ...],
+    row: Float[Array, "..."] | None,
+    col: Float[Array, "..."] | None,
+    row_rows: tuple[int, ...],
+    col_rows: tuple[int, ...],
+    w0: Float[Array, "i h"],
+    bias0: Float[Array, " h"],
+    rest: Callable[[Float[Array, "..."]], tuple[Float[Array, "..."], ...]],
+    finish: Callable[..., tuple[Array, ...]],
+    axes: tuple[int, ...],
+    eps: float,
+    like: Array,
+    out_dtypes: tuple[DTypeLike, ...],
+    chunk_size: int,
+) -> tuple[Array, ...]:
+    """[`mlp`][] on one large tensor in bounded memory: no full-size feature or activation.
+
+    The full-size channels are given as a function, `dense_fn(*inputs)`, of per-element inputs
+    (arrays broadcastable to the tensor's shape, plus channel axes). Two passes go over the
+    tensor chunk by chunk, building the channels of a chunk each time: the first sums their
+    squares over `axes`, the second normalises them, runs them through the MLP and maps the
+    outputs to the results with `finish(rest(h_1), *inputs)`. Same arithmetic as `mlp` up to
+    float32 summation order (in the mean squares and inside the matmuls).
+    """
+    chunking = {"chunk_size": chunk_size, "like": like}
+    sum_sq = chunked_sum(
+        lambda *xs: jnp.square(jnp.concatenate(dense_fn(*xs), axis=-1)),
+        like.shape,
+        inputs,
+        axes=axes,
+        **chunking,
+    )
+    count = math.prod(like.shape[a] for a in axes)
+    scale = lax.rsqrt(eps + sum_sq / count)
+    w_dense = take_rows(w0, dense_rows)
+    bias = bcast(bias0, like.ndim + 1)
+    row_h = col_h = None
+    if row is not None:
+        row_h = second_moment_normalize(row, axes, eps) @ take_rows(w0, row_rows) + bias
+    if col is not None:
+        col_h = second_moment_normalize(col, axes, eps) @ take_rows(w0, col_rows)
+
+    def body(inputs, scale, row_h, col_h):
+        h = (jnp.concatenate(dense_fn(*inputs), axis=-1) * scale) @ w_dense
+        h = h + (bias if row_h is None else row_h)
+        if col_h is not None:
+            h = h + col_h
+        return finish(rest(jax.nn.relu(h)), *inputs)
+
+    return chunked_map(
+        body,
+        like.shape,
+        (inputs, scale, row_h, col_h),
+        out_dtypes=out_dtypes,
+        **chunking,
+    )

@@ -9,6 +9,7 @@ import optax
 
 from .._custom_types import Params, Updates
 from ._base import AbstractLearnedOptimizer
+from ._chunked import check_chunk_size
 from ._preprocess import check_float_leaves
 
 
@@ -46,7 +47,11 @@ def _check_learning_rate(learning_rate: Any) -> float:
 
 
 def _update_present(
-    lo: AbstractLearnedOptimizer, grads: Updates, state: Any, params: Params
+    lo: AbstractLearnedOptimizer,
+    grads: Updates,
+    state: Any,
+    params: Params,
+    chunk_size: int | None,
 ) -> tuple[Updates, Any]:
     """`lo.update` on the leaves whose gradient is not `None`; the others get a `None` update and
     keep their optimizer state unchanged."""
@@ -97,12 +102,16 @@ def _update_present(
         treedef, [p if a else None for p, a in zip(param_leaves, present)]
     )
     sub_state = jax.tree.map(restrict, state, is_leaf=per_parameter)
-    updates, new_sub_state = lo.update(grads, sub_state, sub_params)
+    updates, new_sub_state = lo.update(grads, sub_state, sub_params, chunk_size=chunk_size)
     return updates, jax.tree.map(merge, state, new_sub_state, is_leaf=per_parameter)
 
 
 def as_optax(
-    lo: AbstractLearnedOptimizer, *, num_steps: int | None = None, learning_rate: float = 1.0
+    lo: AbstractLearnedOptimizer,
+    *,
+    num_steps: int | None = None,
+    learning_rate: float = 1.0,
+    chunk_size: int | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     """Wrap a (trained) learned optimizer as an `optax.GradientTransformationExtraArgs`.
 
@@ -160,12 +169,32 @@ def as_optax(
         model = eqx.apply_updates(model, updates)
         ```
 
+    **Memory, sharding, dtypes.** A tensor of more than 8192 elements is streamed through the
+    network `chunk_size` elements at a time, so the update's working memory beyond the
+    optimizer state and the update itself is a few hundred bytes per element of a chunk, not
+    of the model; the result does not depend on `chunk_size` beyond float32 summation order.
+    The default is 8192 on CPU (the network's activations stay in cache) and $2^{22}$ on
+    accelerators (about 2 GB of working memory; a 100M-parameter model fits a 24 GB device).
+    Parameters sharded over devices (`jax.sharding.NamedSharding`, under an `Auto` or an
+    `Explicit` mesh) keep their sharding in the updates and the state, and the chunks are
+    laid out so that no device needs another's part of a tensor: for [`elo.SmallFC`][] the
+    only communication is the all-reduce of per-tensor statistics. [`elo.Celo2`][]'s
+    Newton–Schulz step multiplies whole matrices, so it gathers each matrix's update direction
+    (not the parameters) when the matrix is sharded. Parameters and gradients may be bfloat16:
+    the network computes in float32 and the updates have the parameters' dtype. The state
+    holds, per element of a matrix, 3 momenta and 1 second moment in the parameters' dtype
+    (16 B in float32, 8 B in bfloat16) plus float32 row and column statistics; per element of
+    a vector, 3 more float32 accumulators (12 B).
+
     **Arguments:**
 
     - `lo`: the learned optimizer.
     - `num_steps`: the number of updates the run will make, a positive int.
     - `learning_rate`: a multiplier on the learned optimizer's own step size, a finite float
       $> 0$ (1.0: the step it was trained with).
+    - `chunk_size`: elements of a large tensor processed at once, a positive int, or `None`
+      for the default (8192 on CPU, $2^{22}$ elsewhere). Lower it if the update runs out of
+      memory; raise it on an accelerator with memory to spare.
 
     **Returns:**
 
@@ -177,6 +206,7 @@ def as_optax(
         )
     num_steps = _check_num_steps(num_steps)
     learning_rate = _check_learning_rate(learning_rate)
+    chunk_size = check_chunk_size(chunk_size, owner="as_optax")
     owner = type(lo).__name__
 
     def init_fn(params: Params) -> Any:
@@ -199,7 +229,7 @@ def as_optax(
                 "`opt.update(grads, state, params)`."
             )
         check_float_leaves(updates, what="updates")
-        updates, state = _update_present(lo, updates, state, params)
+        updates, state = _update_present(lo, updates, state, params, chunk_size)
         if learning_rate != 1.0:
             updates = jax.tree.map(lambda u: u * learning_rate, updates)
         return updates, state

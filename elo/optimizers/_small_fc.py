@@ -11,12 +11,15 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from .._custom_types import Params, Updates
 from ._accumulators import accumulate, factored_dims, LOState, safe_rsqrt
+from ._chunked import check_chunk_size, default_chunk_size
 from ._mlp_optimizer import AbstractMLPOptimizer
 from ._network import (
     bcast,
     explicit_features,
+    MERGE_SIZE,
     mlp,
     mlp_many,
+    streamed_mlp,
     tanh_embedding,
     TensorFeatures,
     truncated_normal,
@@ -60,6 +63,23 @@ def _features(p, g, m, v, fac_g, v_row, v_col, v_diag) -> TensorFeatures:
     row = jnp.expand_dims(jnp.concatenate([v_row, lax.rsqrt(v_row + 1e-8)], -1), d0)
     col = jnp.expand_dims(jnp.concatenate([v_col, lax.rsqrt(v_col + 1e-8)], -1), d1)
     return TensorFeatures(dense, row, col, _FACTORED_DENSE_ROWS, _ROW_ROWS, _COL_ROWS)
+
+
+def _dense_channels(p, g, m, v, rowf, colf, diag):
+    """The full-size channels of `_features`, from per-element inputs (any float dtype): the
+    Adafactor row and column factors `rowf`, `colf` broadcast to the tensor's rank (rank
+    >= 2), or the unfactored accumulator `diag` (rank 1)."""
+    p, g, m, v = (x.astype(jnp.float32) for x in (p, g, m, v))
+    gc = g[..., None]
+    rsqrt_v = lax.rsqrt(v + 1e-6)
+    if diag is None:
+        fac_g = gc * rowf * colf
+        base = (gc, p[..., None], m, v, m * rsqrt_v, rsqrt_v, fac_g)
+        return base + (m * rowf * colf,)
+    fac_g = gc * safe_rsqrt(diag + 1e-9)
+    base = (gc, p[..., None], m, v, m * rsqrt_v, rsqrt_v, fac_g)
+    rsqrt_diag = lax.rsqrt(diag + 1e-8)
+    return base + (diag, diag, rsqrt_diag, rsqrt_diag, m * (diag + 1e-6) ** -0.5)
 
 
 class SmallFC(AbstractMLPOptimizer):
@@ -306,11 +326,18 @@ class SmallFC(AbstractMLPOptimizer):
         return tanh_embedding(iteration) @ self.w0[_NUM_NORMALISED:] + self.b0
 
     def update_preprocessed(
-        self, grads: Updates, state: LOState, params: Params
+        self,
+        grads: Updates,
+        state: LOState,
+        params: Params,
+        *,
+        chunk_size: int | None = None,
     ) -> tuple[Updates, LOState]:
         """One update from preprocessed gradients: `(updates, new_state)`. Pure; jit- and
-        vmap-able (e.g. over a batch of optimizee states)."""
+        vmap-able (e.g. over a batch of optimizee states). `chunk_size`: see
+        [`elo.as_optax`][]."""
         check_structure(grads, params, state.mom, owner="SmallFC")
+        chunk_size = check_chunk_size(chunk_size, owner="SmallFC.update")
         t = state.iteration
         state, fac_g = accumulate(
             state,
@@ -326,29 +353,89 @@ class SmallFC(AbstractMLPOptimizer):
             treedef.flatten_up_to(x)
             for x in (grads, state.mom, state.rms, fac_g, state.v_row, state.v_col, state.v_diag)
         ]
-        feats, tensors = [], []
-        for p, g, m, v, fg, row, col, diag in zip(leaves, *others):
-            p32, g32 = p.astype(jnp.float32), g.astype(jnp.float32)
-            m, v = m.astype(jnp.float32), v.astype(jnp.float32)
-            if p.ndim == 0:
-                p32, g32, m, v, fg, diag = (x[None] for x in (p32, g32, m, v, fg, diag))
-            feats.append(_features(p32, g32, m, v, fg, row, col, diag))
-            tensors.append(p32)
-        outputs = mlp_many(
-            feats,
-            self.w0,
-            const,
-            self._rest,
-            axes_list=[tuple(range(p32.ndim)) for p32 in tensors],
-            eps=_EPS,
-        )
-        updates = []
-        for p, p32, (d, mg) in zip(leaves, tensors, outputs):
-            step = d * jnp.exp(mg * self.exp_mult)
-            u = -((step + self.weight_decay * p32) * lr)
-            updates.append(u.reshape(p.shape).astype(p.dtype))
+        updates: list[Array | None] = [None] * len(leaves)
+        # Runs of consecutive small tensors share their matmuls (`mlp_many`); every large
+        # tensor is streamed through the MLP chunk by chunk on its own.
+        runs: list[list[int]] = [[]]
+        for i, (p, g, m, v, fg, row, col, diag) in enumerate(zip(leaves, *others)):
+            if p.size > MERGE_SIZE:
+                updates[i] = self._large_update(p, g, m, v, row, col, diag, const, lr, chunk_size)
+                runs.append([])
+            else:
+                runs[-1].append(i)
+        for run in runs:
+            if not run:
+                continue
+            feats, tensors = [], []
+            for i in run:
+                p, g, m, v, fg, row, col, diag = (leaves[i], *(x[i] for x in others))
+                p32, g32 = p.astype(jnp.float32), g.astype(jnp.float32)
+                m, v = m.astype(jnp.float32), v.astype(jnp.float32)
+                if p.ndim == 0:
+                    p32, g32, m, v, fg, diag = (x[None] for x in (p32, g32, m, v, fg, diag))
+                feats.append(_features(p32, g32, m, v, fg, row, col, diag))
+                tensors.append(p32)
+            outputs = mlp_many(
+                feats,
+                self.w0,
+                const,
+                self._rest,
+                axes_list=[tuple(range(p32.ndim)) for p32 in tensors],
+                eps=_EPS,
+            )
+            for i, p32, (d, mg) in zip(run, tensors, outputs):
+                p = leaves[i]
+                updates[i] = self._finish(d, mg, p32, lr).reshape(p.shape).astype(p.dtype)
         state = eqx.tree_at(lambda s: s.iteration, state, t + 1)
         return jax.tree.unflatten(treedef, updates), state
+
+    def _finish(self, d, mg, p32, lr):
+        step = d * jnp.exp(mg * self.exp_mult)
+        return -((step + self.weight_decay * p32) * lr)
+
+    def _large_update(self, p, g, m, v, v_row, v_col, v_diag, const, lr, chunk_size):
+        """The update of one large tensor, streamed through the MLP in chunks: nothing of the
+        size of the tensor is materialised but the update itself."""
+        shape = p.shape
+        if p.ndim == 0:
+            p, g, m, v, v_diag = (x[None] for x in (p, g, m, v, v_diag))
+        dims = factored_dims(p.shape)
+        rowf = colf = row = col = diag = None
+        if dims is None:
+            diag = v_diag
+        else:
+            d1, d0 = dims
+            reduced_d1 = d1 - 1 if d1 > d0 else d1
+            row_mean = jnp.mean(v_row, axis=reduced_d1, keepdims=True)
+            rowf = jnp.expand_dims(safe_rsqrt(v_row / (row_mean + 1e-9)), d0)
+            colf = jnp.expand_dims(safe_rsqrt(v_col), d1)
+            row = jnp.expand_dims(jnp.concatenate([v_row, lax.rsqrt(v_row + 1e-8)], -1), d0)
+            col = jnp.expand_dims(jnp.concatenate([v_col, lax.rsqrt(v_col + 1e-8)], -1), d1)
+        dense_rows = _UNFACTORED_DENSE_ROWS if dims is None else _FACTORED_DENSE_ROWS
+
+        def finish(outputs, p, *_):
+            d, mg = outputs
+            return (self._finish(d, mg, p.astype(jnp.float32), lr).astype(p.dtype),)
+
+        (update,) = streamed_mlp(
+            _dense_channels,
+            (p, g, m, v, rowf, colf, diag),
+            dense_rows=dense_rows,
+            row=row,
+            col=col,
+            row_rows=_ROW_ROWS,
+            col_rows=_COL_ROWS,
+            w0=self.w0,
+            bias0=const,
+            rest=self._rest,
+            finish=finish,
+            axes=tuple(range(p.ndim)),
+            eps=_EPS,
+            like=p,
+            out_dtypes=(p.dtype,),
+            chunk_size=default_chunk_size() if chunk_size is None else chunk_size,
+        )
+        return update.reshape(shape)
 
     def tensor_outputs(
         self,
