@@ -268,3 +268,17 @@ def test_working_memory_is_bounded():
     assert _temp_bytes_per_param(small_fc, params, grads) <= 16
     muon = _temp_bytes_per_param(optax.contrib.muon(1e-3), params, grads)
     assert _temp_bytes_per_param(celo2, params, grads) <= muon
+
+
+def test_the_state_can_be_donated(lo):
+    # A training step at scale donates the optimizer state; that needs a buffer per leaf
+    # (vectors and matrices have empty Adafactor slots).
+    params, grads = make_problem(4, {"w": (6, 5), "b": (5,), "s": ()})
+    opt = as_optax(lo, num_steps=10)
+
+    def step(params, state, grads):
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    params, state = jax.jit(step, donate_argnums=(0, 1))(params, opt.init(params), grads)
+    assert int(state.iteration) == 1

@@ -97,15 +97,16 @@ def init_accumulators(
     leaves, treedef = jax.tree.flatten(params)
     nm, nv, nf = len(momentum_decays), len(rms_decays), len(adafactor_decays)
     mom, rms, row, col, diag = [], [], [], [], []
-    empty = jnp.zeros((0, nf), jnp.float32)
+    # A new array for every empty slot: a state whose leaves share a buffer cannot be donated.
+    empty = lambda: jnp.zeros((0, nf), jnp.float32)
     for p in leaves:
         shape = tuple(p.shape)
         mom.append(_zeros(p, shape + (nm,), p.dtype))
         rms.append(_zeros(p, shape + (nv,), p.dtype))
         dims = factored_dims(shape)
         if dims is None:
-            row.append(empty)
-            col.append(empty)
+            row.append(empty())
+            col.append(empty())
             diag.append(_zeros(p, shape + (nf,), jnp.float32))
         else:
             d1, d0 = dims
@@ -115,7 +116,7 @@ def init_accumulators(
             col.append(
                 _zeros(p, tuple(int(n) for n in np.delete(shape, d1)) + (nf,), jnp.float32, d1)
             )
-            diag.append(empty)
+            diag.append(empty())
     unflatten = lambda xs: jax.tree.unflatten(treedef, xs)
     return LOState(
         mom=unflatten(mom),
