@@ -1,152 +1,215 @@
-"""Throughput of one learned-optimizer update (the meta-training hot path), on CPU by default.
+"""Time and memory of one optimizer step at model scale: AdamW, Muon, small_fc and Celo2.
 
-Measures `lo.update` (jitted) for `SmallFC` and `Celo2` on a ~300k-parameter pytree (an MLP plus
-a conv kernel, biases and a scalar), and a dense float32 matmul in the same run for scale.
-Reports parameters/s and GFLOP/s (FLOPs from XLA's cost analysis of the compiled update; for
-`SmallFC` also at the reference's ~5 kFLOP/parameter). Writes JSON to
-`benchmarks/results/lo_update.json` (or `--out`). Never asserts anything about speed.
+Every configuration (optimizer x parameter pytree) runs in a fresh subprocess, so its peak
+resident memory is its own. A step is one jitted `opt.update` plus `optax.apply_updates`, with
+the parameters and the optimizer state donated (as a training loop does); the gradients are
+fixed random arrays. Two pytrees per size: one big float32 matrix, and a transformer-shaped
+pytree (token and position embeddings, attention and MLP matrices of mixed shapes, biases,
+layer norms, an output head). Reports per step the minimum and median time over `--repeats`,
+the peak RSS of the process, and the ratios to AdamW (time) and the memory beyond AdamW's, in
+bytes per parameter (memory) or to Muon (Celo2). Writes JSON to
+`benchmarks/results/lo_update.json` (or `--out`) and prints a markdown table. Never asserts
+anything about speed.
 
-    python benchmarks/lo_update.py [--repeats 20] [--out PATH] [--label TEXT]
+    python benchmarks/lo_update.py [--sizes 1M 4M 34M] [--repeats 5] [--out PATH]
+
+Uses the public `elo` API only. `--chunk-size` is passed to `elo.as_optax` (default: its own).
 """
 
 import argparse
 import json
+import math
+import os
 import pathlib
-import platform
+import resource
 import statistics
+import subprocess
+import sys
 import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 
-from elo import Celo2, SmallFC
-from elo.optimizers import _network, newton_schulz
-from elo.optimizers._accumulators import accumulate
+OPTIMIZERS = ("adamw", "muon", "small_fc", "celo2")
+# Sizes: one matrix of about that many parameters, and a transformer of about that many.
+MATRICES = {"1M": (1024, 1024), "4M": (4096, 1024), "34M": (32768, 1024), "101M": (32768, 3072)}
+# (d_model, layers, vocabulary, context)
+TRANSFORMERS = {
+    "1M": (128, 4, 1024, 256),
+    "4M": (256, 4, 2048, 512),
+    "34M": (512, 8, 8192, 1024),
+    "101M": (768, 12, 16384, 1024),
+}
 
 
-SMALL_FC_REFERENCE_FLOPS_PER_PARAM = 5.0e3  # LO_ARCHITECTURES.md section 2.8
-
-
-def make_params(key):
-    shapes = {
-        "conv": (3, 3, 32, 64),
-        "w1": (512, 384),
-        "b1": (384,),
-        "w2": (384, 192),
-        "b2": (192,),
-        "head": (192, 10),
-        "b3": (10,),
-        "scale": (),
+def transformer_shapes(d: int, layers: int, vocab: int, context: int) -> dict:
+    """A GPT-2-like parameter pytree's shapes (fused QKV, 4x MLP, untied head)."""
+    layer = {
+        "ln1": {"scale": (d,), "bias": (d,)},
+        "attn": {"qkv": (d, 3 * d), "qkv_bias": (3 * d,), "out": (d, d), "out_bias": (d,)},
+        "ln2": {"scale": (d,), "bias": (d,)},
+        "mlp": {"fc": (d, 4 * d), "fc_bias": (4 * d,), "proj": (4 * d, d), "proj_bias": (d,)},
     }
-    keys = jax.random.split(key, len(shapes))
     return {
-        name: 0.05 * jax.random.normal(k, shape) for k, (name, shape) in zip(keys, shapes.items())
+        "embed": (vocab, d),
+        "pos_embed": (context, d),
+        "layers": [layer] * layers,
+        "ln_f": {"scale": (d,), "bias": (d,)},
+        "head": (d, vocab),
     }
 
 
-def _interleaved_times(jobs, repeats):
-    """Time every job `repeats` times, round-robin, so that load from other processes on a
-    shared machine affects all of them alike. Returns per-job lists of seconds."""
-    for fn, args in jobs.values():
-        jax.block_until_ready(fn(*args))
-    times = {name: [] for name in jobs}
-    for _ in range(repeats):
-        for name, (fn, args) in jobs.items():
-            start = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            times[name].append(time.perf_counter() - start)
-    return times
+def _shapes(kind: str, size: str):
+    if kind == "matrix":
+        return {"w": MATRICES[size]}
+    return transformer_shapes(*TRANSFORMERS[size])
 
 
-def _flops(compiled) -> float | None:
-    analysis = compiled.cost_analysis()
-    if isinstance(analysis, list):
-        analysis = analysis[0] if analysis else None
-    if not analysis or "flops" not in analysis:
-        return None
-    return float(analysis["flops"])
+def _is_shape(x) -> bool:
+    return isinstance(x, tuple) and all(isinstance(n, int) for n in x)
 
 
-def matmul_job(n: int):
-    a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
-    b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32)
-    return jax.jit(lambda a, b: a @ b).lower(a, b).compile(), (a, b)
+def _make_optimizer(name: str, chunk_size):
+    import jax
+    import optax
+
+    import elo
+
+    if name == "adamw":
+        return optax.adamw(1e-3)
+    if name == "muon":
+        return optax.contrib.muon(1e-3)
+    if name == "small_fc":
+        lo = elo.SmallFC(key=jax.random.key(0))
+    else:
+        lo = elo.Celo2(key=jax.random.key(0))
+    kwargs = {} if chunk_size is None else {"chunk_size": chunk_size}
+    return elo.as_optax(lo, num_steps=10_000, **kwargs)
 
 
-def reference_formulation_update(lo, grads, state, params):
-    """The update computed the way the reference code does (for comparison only): the full
-    normalised feature tensor (39 channels for small_fc, 30 for Celo2, time features tiled) is
-    built for every tensor, Adam-routed ones included, and multiplied by `w0` in one matmul."""
-    grads = lo.preprocess_grads(grads)
-    t = state.iteration
-    acc, fac_g = accumulate(
-        state,
-        grads,
-        momentum_decays=lo.momentum_decays,
-        rms_decays=lo.rms_decays,
-        adafactor_decays=lo.adafactor_decays,
+def worker(config: dict) -> dict:
+    """Run one configuration in this process and return its measurements."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    shapes = _shapes(config["kind"], config["size"])
+    leaves, treedef = jax.tree.flatten(shapes, is_leaf=_is_shape)
+    keys = jax.random.split(jax.random.key(0), 2 * len(leaves))
+    params = jax.tree.unflatten(
+        treedef, [0.02 * jax.random.normal(k, s) for k, s in zip(keys, leaves)]
     )
-    lr = lo.learning_rate(t, state.num_steps)
+    grads = jax.tree.unflatten(
+        treedef, [1e-3 * jax.random.normal(k, s) for k, s in zip(keys[len(leaves) :], leaves)]
+    )
+    num_params = sum(math.prod(s) for s in leaves)
+    opt = _make_optimizer(config["optimizer"], config.get("chunk_size"))
+    # Distinct buffers for every leaf, so the state can be donated (before 9db6cc2 the learned
+    # optimizers' empty Adafactor slots shared one buffer).
+    state = jax.tree.map(jnp.copy, opt.init(params))
 
-    def one(path, p, g, m, v, fg, row, col, diag):
-        out = lo.tensor_outputs(
-            p, g, m, v, fg, row, col, diag, **({"iteration": t} if isinstance(lo, SmallFC) else {})
+    def step(params, state, grads):
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    start = time.perf_counter()
+    compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, state, grads).compile()
+    compile_s = time.perf_counter() - start
+    memory = compiled.memory_analysis()
+    params, state = jax.block_until_ready(compiled(params, state, grads))  # warm-up
+    times = []
+    for _ in range(config["repeats"]):
+        start = time.perf_counter()
+        params, state = jax.block_until_ready(compiled(params, state, grads))
+        times.append(time.perf_counter() - start)
+    finite = all(bool(jnp.all(jnp.isfinite(p))) for p in jax.tree.leaves(params))
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return {
+        **config,
+        "num_params": num_params,
+        "num_tensors": len(leaves),
+        "compile_s": compile_s,
+        "times_s": times,
+        "min_s": min(times),
+        "median_s": statistics.median(times),
+        "peak_rss_bytes": peak_rss,
+        # XLA's buffer assignment of the step: working memory besides the arguments (the
+        # gradients, and the donated parameters and state, whose buffers the outputs reuse).
+        "xla_temp_bytes": memory.temp_size_in_bytes,
+        "xla_argument_bytes": memory.argument_size_in_bytes,
+        "finite": finite,
+    }
+
+
+def _run(config: dict, timeout: float) -> dict:
+    command = [sys.executable, __file__, "--worker", json.dumps(config)]
+    env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {**config, "error": f"timed out after {timeout:.0f} s"}
+    if done.returncode != 0:
+        return {**config, "error": done.stderr.strip().splitlines()[-1:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _load() -> list[float]:
+    return list(os.getloadavg())
+
+
+def _fmt_time(s: float) -> str:
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def markdown(results: list[dict]) -> str:
+    """The README table: per configuration, each optimizer's step time (minimum) and peak RSS,
+    with small_fc's time ratio to AdamW and Celo2's to Muon, and their memory beyond the
+    baseline's per parameter: from the peak RSS (includes the compiler's own memory) and from
+    XLA's buffer assignment (arguments + temporaries)."""
+    rows = [
+        "| parameters | pytree | AdamW | Muon | small_fc | Celo2 |",
+        "|---|---|---|---|---|---|",
+    ]
+    by = {(r["kind"], r["size"], r["optimizer"]): r for r in results}
+    for kind, size in dict.fromkeys((r["kind"], r["size"]) for r in results):
+        cells = []
+        adamw, muon = by.get((kind, size, "adamw")), by.get((kind, size, "muon"))
+        n = None
+        for name in OPTIMIZERS:
+            r = by.get((kind, size, name))
+            if r is None or "error" in r:
+                cells.append("—" if r is None else "failed")
+                continue
+            n = r["num_params"]
+            cell = f"{_fmt_time(r['min_s'])}, {r['peak_rss_bytes'] / 1e9:.2f} GB"
+            base = adamw if name == "small_fc" else muon if name == "celo2" else None
+            if base is not None and "error" not in base:
+                ratio = r["min_s"] / base["min_s"]
+                extra = (r["peak_rss_bytes"] - base["peak_rss_bytes"]) / n
+                label = "AdamW" if name == "small_fc" else "Muon"
+                cell += f" ({ratio:.2f}× {label}, {extra:+.0f} B/param"
+                if "xla_temp_bytes" in r and "xla_temp_bytes" in base:
+                    xla = lambda x: x["xla_temp_bytes"] + x["xla_argument_bytes"]
+                    cell += f"; XLA: {(xla(r) - xla(base)) / n:+.0f} B/param"
+                cell += ")"
+            cells.append(cell)
+        label = (
+            "one matrix " + "×".join(map(str, MATRICES[size]))
+            if kind == "matrix"
+            else ("transformer d={}, {} layers, vocab {}".format(*TRANSFORMERS[size][:3]))
         )
-        with jax.numpy_rank_promotion("allow"):
-            h = jax.nn.relu(out["features"] @ lo.w0[: out["features"].shape[-1]] + lo.b0)
-            h = jax.nn.relu(h @ lo.w1 + lo.b1)
-            o = h @ lo.w2 + lo.b2
-        if isinstance(lo, SmallFC):
-            step = o[..., 0] * jnp.exp(lo.exp_mult * o[..., 1])
-            return -((step + lo.weight_decay * p) * lr)
-        step = o[..., 0]
-        if p.ndim >= 2:
-            step = newton_schulz(step)
-        step = _network.second_moment_normalize(step, tuple(range(p.ndim))[-2:], 1e-9)
-        return -(lr * (step + lo.weight_decay * p))
-
-    updates = jax.tree_util.tree_map_with_path(
-        one, params, grads, acc.mom, acc.rms, fac_g, acc.v_row, acc.v_col, acc.v_diag
-    )
-    return updates, acc
-
-
-def unblocked_update(lo, grads, state, params):
-    """`lo.update` traced without the blocked MLP (the hidden activations of whole tensors are
-    materialised between layers), to show what blocking buys."""
-    block_size, _network.BLOCK_SIZE = _network.BLOCK_SIZE, 2**62
-    try:
-        return lo.update(grads, state, params)
-    finally:
-        _network.BLOCK_SIZE = block_size
-
-
-def lo_job(lo, params, update=None):
-    """The compiled update, its arguments, and its FLOPs (XLA cost analysis)."""
-    update = (lambda lo, g, s, p: lo.update(g, s, p)) if update is None else update
-    state = lo.init(params, num_steps=1000)
-    grads = jax.tree.map(lambda p: 1e-3 * jnp.ones_like(p) + 1e-2 * p, params)
-    # Advance a few steps so the statistics are not all zero.
-    step = jax.jit(lambda g, s, p: lo.update(g, s, p))
-    for _ in range(3):
-        _, state = step(grads, state, params)
-    step = jax.jit(lambda g, s, p: update(lo, g, s, p))
-    compiled = step.lower(grads, state, params).compile()
-    # XLA's cost analysis counts a loop body once: count FLOPs on the unblocked program.
-    block_size, _network.BLOCK_SIZE = _network.BLOCK_SIZE, 2**62
-    try:
-        unblocked = jax.jit(lambda g, s, p: update(lo, g, s, p))
-        flops = _flops(unblocked.lower(grads, state, params).compile())
-    finally:
-        _network.BLOCK_SIZE = block_size
-    return compiled, (grads, state, params), flops
+        count = f"{n / 1e6:.1f}M" if n else size
+        rows.append(f"| {count} | {label} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--matmul-n", type=int, default=1024)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", nargs="+", default=["1M", "4M", "34M"], choices=MATRICES)
+    parser.add_argument("--kinds", nargs="+", default=["matrix", "transformer"])
+    parser.add_argument("--optimizers", nargs="+", default=list(OPTIMIZERS), choices=OPTIMIZERS)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--chunk-size", type=int, default=None)
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per configuration")
     parser.add_argument("--label", default="")
     parser.add_argument(
         "--out",
@@ -154,65 +217,56 @@ def main():
         default=pathlib.Path(__file__).parent / "results" / "lo_update.json",
     )
     args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
 
-    params = make_params(jax.random.key(0))
-    n = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
-    small_fc, celo2 = SmallFC(key=jax.random.key(1)), Celo2(key=jax.random.key(2))
-    variants = {
-        "SmallFC": (small_fc, None),
-        "Celo2": (celo2, None),
-        "SmallFC (unblocked)": (small_fc, unblocked_update),
-        "SmallFC (reference formulation)": (small_fc, reference_formulation_update),
-        "Celo2 (reference formulation)": (celo2, reference_formulation_update),
-    }
-    jobs, flops = {"matmul": matmul_job(args.matmul_n)}, {}
-    for name, (lo, update) in variants.items():
-        fn, fn_args, flops[name] = lo_job(lo, params, update)
-        jobs[name] = (fn, fn_args)
-    times = _interleaved_times(jobs, args.repeats)
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    import jax
+    from _provenance import cpu_model, git_commit
 
-    matmul_s = statistics.median(times["matmul"])
-    results = {
+    import elo
+
+    results = []
+    for size in args.sizes:
+        for kind in args.kinds:
+            for name in args.optimizers:
+                config = {
+                    "optimizer": name,
+                    "kind": kind,
+                    "size": size,
+                    "repeats": args.repeats,
+                    "chunk_size": args.chunk_size,
+                }
+                load_before = _load()
+                result = _run(config, args.timeout)
+                result["load_before"], result["load_after"] = load_before, _load()
+                results.append(result)
+                shown = result.get("error") or (
+                    f"min {_fmt_time(result['min_s'])}, median {_fmt_time(result['median_s'])}, "
+                    f"peak {result['peak_rss_bytes'] / 1e9:.2f} GB"
+                )
+                print(f"{size} {kind} {name}: {shown} (load {load_before[0]:.2f})", flush=True)
+    table = markdown(results)
+    out = {
         "label": args.label,
-        "command": "python benchmarks/lo_update.py",
-        "backend": jax.default_backend(),
-        "devices": [str(d) for d in jax.devices()],
+        "command": "python " + " ".join(["benchmarks/lo_update.py", *sys.argv[1:]]),
+        "commit": git_commit(),
+        "elo": str(pathlib.Path(elo.__file__).parent),
+        "machine": cpu_model(),
+        "cpu_count": os.cpu_count(),
         "jax": jax.__version__,
-        "machine": platform.machine(),
-        "processor": platform.processor(),
-        "repeats": args.repeats,
-        "param_shapes": {k: list(v.shape) for k, v in params.items()},
-        "num_params": n,
-        "matmul_f32": {
-            "n": args.matmul_n,
-            "median_s": matmul_s,
-            "best_s": min(times["matmul"]),
-            "gflops": 2.0 * args.matmul_n**3 / matmul_s / 1e9,
-            "gflops_best": 2.0 * args.matmul_n**3 / min(times["matmul"]) / 1e9,
-        },
-        "optimizers": [],
+        "backend": jax.default_backend(),
+        "device_count": jax.device_count(),
+        "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+        "step": "jit(update + apply_updates), params and state donated",
+        "results": results,
+        "table": table,
     }
-    for name in variants:
-        median, best, f = statistics.median(times[name]), min(times[name]), flops[name]
-        entry = {
-            "optimizer": name,
-            "median_s": median,
-            "best_s": best,
-            "params_per_s": n / median,
-            "params_per_s_best": n / best,
-            "xla_flops": f,
-            "xla_flops_per_param": None if f is None else f / n,
-            "gflops": None if f is None else f / median / 1e9,
-            "gflops_best": None if f is None else f / best / 1e9,
-        }
-        if name.startswith("SmallFC"):
-            entry["gflops_at_reference_5kflop_per_param"] = (
-                SMALL_FC_REFERENCE_FLOPS_PER_PARAM * n / median / 1e9
-            )
-        results["optimizers"].append(entry)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps({k: results[k] for k in ("matmul_f32", "optimizers")}, indent=2))
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    print()
+    print(table)
 
 
 if __name__ == "__main__":
