@@ -70,6 +70,8 @@ def _dense_channels(p, g, m, v, rowf, colf, diag):
     Adafactor row and column factors `rowf`, `colf` broadcast to the tensor's rank (rank
     >= 2), or the unfactored accumulator `diag` (rank 1)."""
     p, g, m, v = (x.astype(jnp.float32) for x in (p, g, m, v))
+    if v.ndim == p.ndim:  # the streamed path passes the second moment without its decay axis
+        v = v[..., None]
     gc = g[..., None]
     rsqrt_v = lax.rsqrt(v + 1e-6)
     if diag is None:
@@ -419,7 +421,7 @@ class SmallFC(AbstractMLPOptimizer):
 
         (update,) = streamed_mlp(
             _dense_channels,
-            (p, g, m, v, rowf, colf, diag),
+            (p, g, m, v[..., 0], rowf, colf, diag),
             dense_rows=dense_rows,
             row=row,
             col=col,
