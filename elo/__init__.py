@@ -56,6 +56,7 @@ from ._pretrained import (
     available_pretrained as available_pretrained,
     pretrained as pretrained,
 )
+from ._run_dir import read_metrics as read_metrics, read_validation as read_validation
 from ._schedules import (
     ramp as ramp,
     SupervisionSchedule as SupervisionSchedule,

@@ -574,3 +574,35 @@ def test_sigkill_mid_run_then_resume_reproduces_the_straight_run(tmp_path):
     assert bitwise_equal(load_optimizer(killed_dir), load_optimizer(straight_dir))
     assert _without_time(_records(killed_dir)) == _without_time(_records(straight_dir))
     np.testing.assert_equal(len(_records(killed_dir)), steps)
+
+
+def test_validation_on_several_tasks_scores_their_mean_and_keeps_the_best(tmp_path):
+    """--validate-task A,B: each check trains the learned optimizer alone on both tasks; the
+    score is the mean of the two tasks' scores, each kept in the record, and the best-scoring
+    optimizer so far is in best_optimizer.eqx."""
+    out = tmp_path / "run"
+    tasks = ["mlp-w32-d1_mnist-8x8x1", "mlp-w32-d1_fashionmnist-8x8x1"]
+    argv = ["meta-train", *TINY, "--steps", "4", "--out", str(out), "--no-progress"]
+    argv += ["--validate-every", "2", "--validate-steps", "3", "--validate-task", ",".join(tasks)]
+    assert main(argv) == 0
+    checks = [r for r in _records(out) if "validation" in r]
+    assert [r["step"] for r in checks] == [0, 2, 4]
+    for record in checks:
+        validation = record["validation"]
+        assert [t["task"] for t in validation["per_task"]] == tasks
+        scores = [t["score"] for t in validation["per_task"]]
+        assert validation["score"] == pytest.approx(sum(scores) / 2, rel=1e-12)
+        assert scores[0] != scores[1]  # two different problems were scored
+    best = min(checks, key=lambda r: r["validation"]["score"])
+    assert best["best"] and (out / "best_optimizer.eqx").is_file()
+    best_lo = load_optimizer(out / "best_optimizer.eqx")
+    again = elo.validate(best_lo, tasks[0], num_steps=3)
+    assert again.score == pytest.approx(best["validation"]["per_task"][0]["score"], rel=1e-6)
+
+
+@pytest.mark.parametrize("value", [",", "mlp-w32-d1_mnist-8x8x1,mlp-w32-d1_mnist-8x8x1"])
+def test_validation_task_list_errors_name_the_flag(tmp_path, value, capsys):
+    argv = ["meta-train", *TINY, "--steps", "2", "--out", str(tmp_path / "r"), "--no-progress"]
+    argv += ["--validate-every", "1", "--validate-task", value]
+    assert main(argv) == 2
+    assert "--validate-task" in capsys.readouterr().err

@@ -132,9 +132,9 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--validate-task",
-        metavar="NAME",
+        metavar="NAME[,NAME...]",
         help="the validation task (default: the first meta-training task; its validation split "
-        "is scored)",
+        "is scored); with several, comma-separated, the score is the mean of theirs",
     )
     parser.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
     parser.add_argument(
