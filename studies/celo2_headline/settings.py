@@ -70,7 +70,14 @@ HELD_OUT_IMAGE = (
     "conv-c16-d2_cifar10-8x8x3",
     "mlp-w64-d2_cifar10-8x8x3",
 )
+LANGUAGE_MODEL = "transformer-w32-d2-h2_shakespeare-ctx32"  # byte-level, Shakespeare's plays
 HORIZONS = (1000, 5000, 10000)
+# (task, horizon) of the problems of other kinds; the first two are built in `tasks.py`.
+OTHER_CELLS = (
+    ("regression-mlp-w64-d2_teacher16", 2000),
+    ("gru-h32_mnist-rows-8x8", 2000),
+    ("conv-c16-d2_cifar10-8x8x3", 300),  # a short run
+)
 EVAL_SEEDS = 3
 # Tuning, the same for every optimizer: 7 values on a log grid, chosen per task and horizon by the
 # final loss on the task's validation split (mean over the evaluation seeds); AdamW and Muon with
@@ -103,8 +110,9 @@ def preset_overrides(arm: str, learning_rate: float, schedule: str, steps: int) 
     return fields
 
 
-def as_dict() -> dict[str, Any]:
-    """The settings as recorded with the results."""
+def meta_training() -> dict[str, Any]:
+    """The settings that shape meta-training runs, as recorded with the results: a results
+    directory is continued only with these unchanged."""
     return {
         "arms": {k: dataclasses.asdict(v) for k, v in ARMS.items()},
         "meta_steps": META_STEPS,
@@ -121,8 +129,16 @@ def as_dict() -> dict[str, Any]:
             "schedules": {k: list(v) for k, v in PILOT_SCHEDULES.items()},
             "default_schedule": DEFAULT_SCHEDULE,
         },
+    }
+
+
+def evaluation() -> dict[str, Any]:
+    """The settings of the held-out evaluation, as recorded with its results."""
+    return {
         "held_out_image": list(HELD_OUT_IMAGE),
+        "language_model": LANGUAGE_MODEL,
         "horizons": list(HORIZONS),
+        "other_cells": [list(c) for c in OTHER_CELLS],
         "evaluation_seeds": EVAL_SEEDS,
         "sweep_points": SWEEP_POINTS,
         "adamw_lr": list(ADAMW_LR),

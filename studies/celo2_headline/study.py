@@ -248,9 +248,10 @@ def status(args) -> None:
 def check_settings(results: Path) -> None:
     """Record the settings with the first run; refuse to mix runs made with other settings."""
     path = results / "settings.json"
-    current = settings.as_dict()
+    current = settings.meta_training()
     if path.is_file():
-        if common.load_json(path)["settings"] != current:
+        recorded = common.load_json(path)["settings"]
+        if {k: recorded.get(k) for k in current} != current:
             raise SystemExit(
                 f"{path} records other settings than settings.py; use another --results-dir "
                 "(and --runs-dir) for a different study."

@@ -77,3 +77,13 @@ def test_the_pilot_decides_each_methods_rate_then_elos_schedule(tmp_path):
 def test_an_unfinished_pilot_decides_nothing(tmp_path):
     _finished(tmp_path, study.run_name("pes_celo2", 0, 1e-4, "", True), 0.5)
     assert study.pilot_decision(tmp_path) is None
+
+
+def test_a_results_directory_continues_only_with_the_same_meta_training_settings(
+    tmp_path, monkeypatch
+):
+    study.check_settings(tmp_path)
+    study.check_settings(tmp_path)  # unchanged: continues
+    monkeypatch.setattr(settings, "META_STEPS", settings.META_STEPS + 1)
+    with pytest.raises(SystemExit, match="other settings"):
+        study.check_settings(tmp_path)
