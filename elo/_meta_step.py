@@ -20,8 +20,9 @@ from ._build import build_meta_optimizer, build_supervision
 from ._config import MetaConfig
 from ._cpu import single_cpu_device_compiler_options
 from ._custom_types import PRNGKeyArray, PyTree
-from ._inner_problem import InnerProblem, Particle
+from ._inner_problem import InnerProblem
 from ._mesh import constrain, PARTICLE_AXIS, particle_devices, particle_mesh
+from ._particle import Particle
 from ._pes import pes_combine, sample_perturbation
 from ._records import StepRecord
 from ._schedules import SupervisionWeights

@@ -12,8 +12,9 @@ from jaxtyping import Array, Float, Int
 from ._build import build_learned_optimizer, build_meta_optimizer, build_problems
 from ._config import MetaConfig
 from ._custom_types import PRNGKeyArray, PyTree
-from ._inner_problem import InnerProblem, Particle
+from ._inner_problem import InnerProblem
 from ._mesh import build_on_mesh, particle_mesh, place
+from ._particle import Particle
 from .optimizers._base import AbstractLearnedOptimizer
 from .tasks import AbstractTask
 

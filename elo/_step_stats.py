@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from ._inner_problem import Particle
+from ._particle import Particle
 from ._records import StepRecord
 from ._state import Metrics
 
