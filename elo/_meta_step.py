@@ -28,7 +28,7 @@ from ._records import StepRecord
 from ._schedules import SupervisionWeights
 from ._state import MetaState
 from ._step_stats import StepStats
-from ._supervision import AbstractSupervision, LossDeltas
+from ._supervision import LossDeltas
 
 
 class _ParticleKeys(eqx.Module):
@@ -62,25 +62,23 @@ def _pes_estimates(
     config: MetaConfig,
 ) -> tuple[PyTree, PyTree]:
     """Each particle's PES gradient estimate and new accumulator ([`elo.pes_combine`][])."""
-    mask = jnp.ones(records.new_segment.shape, bool)
     combine = jax.vmap(
-        lambda d, m, s, e, x, xr: pes_combine(
-            d, m, s, e, x, xr, sigma=config.sigma, reduction=config.loss_reduction
+        lambda d, s, e, x, xr: pes_combine(
+            d, s, e, x, xr, sigma=config.sigma, reduction=config.loss_reduction
         )
     )
-    grads, new_xi = combine(deltas.accumulated, mask, records.new_segment, eps, xi, restart_xi)
+    grads, new_xi = combine(deltas.accumulated, records.new_segment, eps, xi, restart_xi)
     if deltas.current is not None:
         # Credited to this truncation's epsilon alone (zero accumulators). pes_combine is
         # linear in the deltas, so the two parts add up to one estimate.
         zeros = jax.tree.map(jnp.zeros_like, xi)
-        current, _ = combine(deltas.current, mask, records.new_segment, eps, zeros, zeros)
+        current, _ = combine(deltas.current, records.new_segment, eps, zeros, zeros)
         grads = jax.tree.map(jnp.add, grads, current)
     return grads, new_xi
 
 
 def _group_step(
     problem: InnerProblem,
-    supervision: AbstractSupervision,
     theta: PyTree,
     particles: Particle,
     weights: SupervisionWeights,
@@ -88,6 +86,7 @@ def _group_step(
     key: PRNGKeyArray,
 ) -> tuple[PyTree, Particle, StepStats]:
     """PES over one task group's local particles (inside `shard_map`)."""
+    supervision = problem.supervision
     keys = _particle_keys(key, particles)
     eps, theta_pm = _antithetic_perturbation(theta, keys.perturbation, config.sigma)
     alpha = supervision.trajectory_weight(weights, particles.unrolls_done)
@@ -162,13 +161,12 @@ def meta_gradient(
     differ in parameter shapes) are a static loop inside it.
     """
     config = state.config
-    supervision = build_supervision(config)
     problems_dyn, problems_static = eqx.partition(state.problems, eqx.is_array)
 
     def per_shard(theta, groups, problems_dyn, weights, key):
         problems = eqx.combine(problems_dyn, problems_static)
         outputs = [
-            _group_step(problem, supervision, theta, particles, weights, config, jr.fold_in(key, i))
+            _group_step(problem, theta, particles, weights, config, jr.fold_in(key, i))
             for i, (problem, particles) in enumerate(zip(problems, groups))
         ]
         grads, new_groups, stats = zip(*outputs)
