@@ -26,8 +26,8 @@ from ._particle import Particle
 from ._pes import pes_combine, sample_perturbation
 from ._records import StepRecord
 from ._schedules import SupervisionWeights
-from ._state import MetaState
-from ._step_stats import StepStats
+from ._state import MetaState, Metrics
+from ._step_stats import group_metrics, merge_groups
 from ._supervision import LossDeltas
 
 
@@ -84,7 +84,7 @@ def _group_step(
     weights: SupervisionWeights,
     config: MetaConfig,
     key: PRNGKeyArray,
-) -> tuple[PyTree, Particle, StepStats]:
+) -> tuple[PyTree, Particle, Metrics]:
     """PES over one task group's local particles (inside `shard_map`)."""
     supervision = problem.supervision
     keys = _particle_keys(key, particles)
@@ -96,7 +96,7 @@ def _group_step(
     deltas = supervision.loss_deltas(records, weights, alpha, axis_name=PARTICLE_AXIS)
     grads, new_xi = _pes_estimates(deltas, records, eps, particles.xi, restart_xi, config)
     particles = jax.vmap(problem.finish_truncation)(particles, after, records, snapshot, new_xi)
-    stats = StepStats.of_group(
+    stats = group_metrics(
         records, particles, alpha, num_particles=config.num_particles, axis_name=PARTICLE_AXIS
     )
     grad = jax.tree.map(
@@ -153,9 +153,10 @@ def meta_step(state: MetaState, key: PRNGKeyArray) -> MetaState:
 
 def meta_gradient(
     state: MetaState, theta: PyTree, weights: SupervisionWeights, key: PRNGKeyArray
-) -> tuple[PyTree, tuple[Particle, ...], StepStats]:
+) -> tuple[PyTree, tuple[Particle, ...], Metrics]:
     """The PES meta-gradient of one outer step before clipping, averaged over particles and
-    task groups, with the particles after the truncation and the step's statistics.
+    task groups, with the particles after the truncation and the step's statistics (an
+    [`elo.Metrics`][] whose `grad_norm` and `nonfinite_grads` the meta-update sets).
 
     The particle axis is sharded over the mesh with `jax.shard_map`; task groups (which may
     differ in parameter shapes) are a static loop inside it.
@@ -171,7 +172,7 @@ def meta_gradient(
         ]
         grads, new_groups, stats = zip(*outputs)
         grad = jax.tree.map(lambda *gs: sum(gs) / len(gs), *grads)
-        return grad, tuple(new_groups), StepStats.merge(list(stats))
+        return grad, tuple(new_groups), merge_groups(list(stats))
 
     sharded = jax.shard_map(
         per_shard,
@@ -214,7 +215,7 @@ def _meta_step_program(state: MetaState, key: PRNGKeyArray):
     theta, meta_opt_state, grad_norm, nonfinite = _meta_update(
         config, grad, state.meta_opt_state, theta
     )
-    metrics = stats.to_metrics(grad_norm, nonfinite)
+    metrics = eqx.tree_at(lambda m: (m.grad_norm, m.nonfinite_grads), stats, (grad_norm, nonfinite))
     theta, meta_opt_state, step, metrics = constrain(
         (theta, meta_opt_state, state.step + 1, metrics), mesh, sharded=False
     )

@@ -53,7 +53,7 @@ from ._restarts import (
     BufferedRestarts as BufferedRestarts,
     FreshRestarts as FreshRestarts,
 )
-from ._step_stats import StepStats as StepStats
+from ._step_stats import group_metrics as group_metrics, merge_groups as merge_groups
 from ._supervision import (
     AbstractSupervision as AbstractSupervision,
     AlternatingSupervision as AlternatingSupervision,
