@@ -17,10 +17,10 @@ import jax.random as jr
 
 from .. import distributed, presets
 from .._build import build_meta_optimizer
-from .._checkpoint import load, optimizer_spec, save
+from .._checkpoint import load, save
 from .._config import MetaConfig
 from .._cpu import use_cpu_cores
-from .._export import load_optimizer
+from .._export import load_optimizer, optimizer_spec
 from .._io import atomic_write, CheckpointError, remove_stale_temporaries
 from .._mesh import particle_mesh, place
 from .._meta_step import meta_step
