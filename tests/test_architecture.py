@@ -115,3 +115,18 @@ def test_entry_points_only_reexport(name):
         ] == ["__version__"]
         if not (docstring or version or isinstance(node, ast.Import | ast.ImportFrom)):
             pytest.fail(f"{name} holds more than re-exports (line {node.lineno}); move it below.")
+
+
+def test_the_inner_problem_does_not_branch_on_restart_or_divergence_settings():
+    """Those choices are policy objects built once in `_build` (issue 21): no `if`, conditional
+    expression or assert of `_inner_problem.py` tests them."""
+    source = (ROOT / "elo" / "_inner_problem.py").read_text()
+    tests = [
+        ast.get_source_segment(source, node.test) or ""
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.If | ast.IfExp | ast.Assert | ast.While)
+    ]
+    assert tests  # the parse found the module's remaining branches
+    words = ("buffer", "resum", "diverg", "settings", "restarts")
+    branches = [t for t in tests if any(w in t for w in words)]
+    assert not branches, branches
