@@ -1,14 +1,22 @@
-"""Export trained learned optimizers: a plain `.eqx` format and PyLO's PyTorch layout."""
+"""Export trained learned optimizers: a plain `.eqx` format and PyLO's PyTorch layout.
 
+An optimizer file, like a checkpoint's header, describes the learned optimizer as its class
+name and constructor hyperparameters (`optimizer_spec`); the weights follow as array leaves.
+"""
+
+import dataclasses
+import inspect
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import jax.random as jr
 import numpy as np
 import safetensors.numpy
 
-from ._checkpoint import load_checkpoint_optimizer, optimizer_from_spec, optimizer_spec
+from ._build import OPTIMIZERS
 from ._io import (
     atomic_write,
     CHECKPOINT_FORMAT,
@@ -23,8 +31,53 @@ from ._io import (
 from ._run_dir import RUN_CHECKPOINT
 from .optimizers._base import AbstractLearnedOptimizer
 from .optimizers._celo2 import Celo2
+from .optimizers._mlp_optimizer import AbstractMLPOptimizer
 from .optimizers._newton_schulz import NS_COEFFS
 from .optimizers._small_fc import SmallFC
+
+
+# Learned-optimizer classes by class name, as file headers record them.
+_OPTIMIZER_CLASSES: dict[str, Any] = {cls.__name__: cls for cls in OPTIMIZERS.values()}
+
+
+def optimizer_spec(lo: AbstractLearnedOptimizer) -> dict[str, Any]:
+    """The learned optimizer's class and constructor hyperparameters, JSON-serialisable."""
+    name = type(lo).__name__
+    if name not in _OPTIMIZER_CLASSES or not isinstance(lo, AbstractMLPOptimizer):
+        raise CheckpointError(
+            f"Cannot save a learned optimizer of type {name}; supported: "
+            f"{', '.join(_OPTIMIZER_CLASSES)}."
+        )
+    accepted = inspect.signature(type(lo).__init__).parameters
+    hyper: dict[str, Any] = {"hidden_size": int(lo.b0.shape[0])}
+    for field in dataclasses.fields(lo):
+        if field.metadata.get("static", False) and field.name in accepted:
+            value = getattr(lo, field.name)
+            hyper[field.name] = list(value) if isinstance(value, tuple) else value
+    return {"class": name, "hyperparameters": hyper}
+
+
+def optimizer_from_spec(spec: Mapping[str, Any], *, what: str) -> AbstractLearnedOptimizer:
+    """A learned optimizer with the hyperparameters of `spec` (weights are placeholders)."""
+    name = spec.get("class") if isinstance(spec, Mapping) else None
+    if name not in _OPTIMIZER_CLASSES:
+        raise CheckpointError(
+            f"{what} holds a learned optimizer of unknown class {name!r}; known: "
+            f"{', '.join(_OPTIMIZER_CLASSES)}."
+        )
+    cls = _OPTIMIZER_CLASSES[name]
+    hyper = dict(spec.get("hyperparameters") or {})
+    accepted = inspect.signature(cls.__init__).parameters
+    unknown = sorted(k for k in hyper if k not in accepted)
+    if unknown:
+        raise CheckpointError(
+            f"{what} sets {name} hyperparameter(s) {unknown} that this elo does not know."
+        )
+    hyper = {k: tuple(v) if isinstance(v, list) else v for k, v in hyper.items()}
+    try:
+        return cls(key=jr.key(0), **hyper)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{what} has invalid {name} hyperparameters: {e}") from None
 
 
 def save_optimizer(path: str | os.PathLike, lo: AbstractLearnedOptimizer) -> None:
@@ -91,11 +144,13 @@ def load_optimizer(path: str | os.PathLike) -> AbstractLearnedOptimizer:
         versions={OPTIMIZER_FORMAT: (OPTIMIZER_VERSION,), CHECKPOINT_FORMAT: (1, 2)},
     )
     if header["format"] == CHECKPOINT_FORMAT:
-        return load_checkpoint_optimizer(path)
-    what = f"Optimizer file {path}"
-    if len(sections) != 1:
-        raise CheckpointError(f"{what} has {len(sections)} sections; expected 1.")
-    like = optimizer_from_spec(header, what=what)
+        # A checkpoint's first section is the learned optimizer (see `elo.save`).
+        what, expected, spec = f"Checkpoint {path}", 2, header.get("optimizer") or {}
+    else:
+        what, expected, spec = f"Optimizer file {path}", 1, header
+    if len(sections) != expected:
+        raise CheckpointError(f"{what} has {len(sections)} sections; expected {expected}.")
+    like = optimizer_from_spec(spec, what=what)
     return deserialise(sections[0], like, what=what)
 
 

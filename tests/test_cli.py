@@ -25,26 +25,10 @@ from elo.cli import main
 from elo.cli._common import CLIError, parse_overrides
 from elo.cli._metrics_file import read_metrics, scan_records
 
-from .test_checkpoint import bitwise_equal, tiny_config
+from .helpers import bitwise_equal, tiny_cli_args, tiny_config
 
 
-# The tiny run of test_checkpoint.py (same config, so the compiled meta_step is shared).
-TINY = [
-    "--preset",
-    "pes_small_fc",
-    "--set",
-    "tasks=mlp-w32-d1_mnist-8x8x1",
-    "--set",
-    "num_particles=2",
-    "--set",
-    "truncation_length=3",
-    "--set",
-    "min_horizon=5",
-    "--set",
-    "max_horizon=10",
-    "--set",
-    "initial_step_offset=2",
-]
+TINY = tiny_cli_args()
 STEPS = 8
 
 

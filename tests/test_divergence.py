@@ -127,3 +127,40 @@ def test_elo_presets_reset_diverged_problems_and_the_pes_presets_do_not():
 def test_bad_divergence_settings_are_refused(field, value, message):
     with pytest.raises(ValueError, match=message):
         config(**{field: value})
+
+
+def test_the_rule_is_chosen_once_per_task_group():
+    off = elo.internal.build_divergence_rule(config(divergence_factor=0.0), ClimbingTask())
+    assert isinstance(off, elo.internal.NoDivergenceRule)
+    on = elo.internal.build_divergence_rule(
+        config(divergence_factor=4.0, divergence_patience=3), ClimbingTask()
+    )
+    assert isinstance(on, elo.internal.LossBoundRule)
+    assert on.bound == pytest.approx(4.0 * initial_loss(ClimbingTask())) and on.patience == 3
+
+
+def test_loss_bound_rule_counts_consecutive_steps_per_side():
+    rule = elo.internal.LossBoundRule(bound=2.0, patience=2)
+    over, diverged = rule.update(jnp.asarray([0, 1], jnp.int32), jnp.asarray([3.0, 1.0]))
+    np.testing.assert_array_equal(over, [1, 0])  # above: counted; at or under: back to 0
+    assert not bool(diverged)
+    over, diverged = rule.update(over, jnp.asarray([3.0, 1.0]))
+    np.testing.assert_array_equal(over, [2, 0])
+    assert bool(diverged)
+    none = elo.internal.NoDivergenceRule()
+    over, diverged = none.update(jnp.asarray([0, 0], jnp.int32), jnp.asarray([1e9, jnp.inf]))
+    np.testing.assert_array_equal(over, [0, 0])
+    assert not bool(diverged)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(bound=float("inf"), patience=1), "LossBoundRule.bound .* NoDivergenceRule"),
+        (dict(bound=0.0, patience=1), "LossBoundRule.bound must be a finite number > 0, got 0.0"),
+        (dict(bound=1.0, patience=0), "LossBoundRule.patience must be >= 1, got 0"),
+    ],
+)
+def test_bad_loss_bound_rules_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        elo.internal.LossBoundRule(**kwargs)

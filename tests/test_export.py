@@ -16,7 +16,7 @@ from elo._export import export_pylo, load_optimizer, pylo_state_dict, save_optim
 from elo._io import CheckpointError
 from elo.optimizers._accumulators import accumulate
 
-from .test_checkpoint import bitwise_equal
+from .helpers import bitwise_equal
 
 
 def _perturbed(lo):

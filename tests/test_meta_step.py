@@ -267,3 +267,17 @@ def test_single_cpu_device_runs_its_own_compiled_variant_with_the_same_results(s
         [h["meta_loss"] for h in sharded_history[:3]],
         rtol=1e-4,
     )
+
+
+def test_step_weight_follows_the_expert_only_where_the_warm_start_is_on():
+    alpha = jnp.asarray(0.7, jnp.float32)
+    yes, no = jnp.asarray(True), jnp.asarray(False)
+    for preset in (elo.presets.elo_small_fc, elo.presets.cl_small_fc):
+        on = elo.internal.build_supervision(preset(fresh_init_expert_warm_start=True))
+        off = elo.internal.build_supervision(preset(fresh_init_expert_warm_start=False))
+        assert float(on.step_weight(alpha, yes)) == 0.0
+        assert float(on.step_weight(alpha, no)) == float(alpha)
+        assert float(off.step_weight(alpha, yes)) == float(alpha)
+    none = elo.internal.build_supervision(elo.presets.pes_small_fc())
+    assert not none.follow_expert_on_restart
+    assert float(none.step_weight(alpha, yes)) == float(alpha)

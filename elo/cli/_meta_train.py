@@ -17,10 +17,10 @@ import jax.random as jr
 
 from .. import distributed, presets
 from .._build import build_meta_optimizer
-from .._checkpoint import load, optimizer_spec, save
+from .._checkpoint import load, save
 from .._config import MetaConfig
 from .._cpu import use_cpu_cores
-from .._export import load_optimizer
+from .._export import load_optimizer, optimizer_spec
 from .._io import atomic_write, CheckpointError, remove_stale_temporaries
 from .._mesh import particle_mesh, place
 from .._meta_step import meta_step
@@ -393,54 +393,52 @@ def _loop(
     )
     step = start
     saved_at = start
-    stack = contextlib.ExitStack()
-    dog = stack.enter_context(watchdog)
-    try:
-        for t in range(start, total):
-            started = time.perf_counter()
-            with dog.step(t) if dog is not None else contextlib.nullcontext():
-                new_state = meta_step(state, jr.fold_in(run_key, t))
-                metrics = new_state.metrics.to_dict()
-            line = clean_record(
-                {"step": t + 1, "seconds": time.perf_counter() - started, **metrics}
-            )
-            if metrics_file is not None:
-                metrics_file.write(json.dumps(line, allow_nan=False) + "\n")
-            # The metrics line is written before the state advances, so an interruption
-            # anywhere leaves the file holding at least the checkpoint's steps.
-            state, step = new_state, t + 1
-            if validator is not None and validator.due(step, total):
-                validator(state, step, metrics_file)
-            if t == start:
-                bar.close()
-                bar = progress(step, "meta-train", leave=True)
-            else:
-                bar.update(1)
-            bar.set_postfix(meta_loss=f"{metrics['meta_loss']:.4f}", refresh=False)
-            if step % every == 0 or step == total:
+    with watchdog as dog:
+        try:
+            for t in range(start, total):
+                started = time.perf_counter()
+                with dog.step(t) if dog is not None else contextlib.nullcontext():
+                    new_state = meta_step(state, jr.fold_in(run_key, t))
+                    metrics = new_state.metrics.to_dict()
+                line = clean_record(
+                    {"step": t + 1, "seconds": time.perf_counter() - started, **metrics}
+                )
+                if metrics_file is not None:
+                    metrics_file.write(json.dumps(line, allow_nan=False) + "\n")
+                # The metrics line is written before the state advances, so an interruption
+                # anywhere leaves the file holding at least the checkpoint's steps.
+                state, step = new_state, t + 1
+                if validator is not None and validator.due(step, total):
+                    validator(state, step, metrics_file)
+                if t == start:
+                    bar.close()
+                    bar = progress(step, "meta-train", leave=True)
+                else:
+                    bar.update(1)
+                bar.set_postfix(meta_loss=f"{metrics['meta_loss']:.4f}", refresh=False)
+                if step % every == 0 or step == total:
+                    save_now()
+                    saved_at = step
+        except KeyboardInterrupt:
+            bar.close()
+            if saved_at != step:
                 save_now()
-                saved_at = step
-    except KeyboardInterrupt:
-        bar.close()
-        if saved_at != step:
-            save_now()
-            done = f"checkpoint saved at outer step {step}"
-        elif step > 0:
-            done = f"the checkpoint of outer step {step} is up to date"
-        else:
-            done = "no checkpoint was written yet"
-        again = "resume" if step > 0 else "start again"
-        print(
-            f"Interrupted at outer step {step}; {done}. Rerun the same command to {again}.",
-            file=sys.stderr,
-        )
-        return 130
-    finally:
-        stack.close()
-        bar.close()
-        if metrics_file is not None:
-            metrics_file.close()
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
+                done = f"checkpoint saved at outer step {step}"
+            elif step > 0:
+                done = f"the checkpoint of outer step {step} is up to date"
+            else:
+                done = "no checkpoint was written yet"
+            again = "resume" if step > 0 else "start again"
+            print(
+                f"Interrupted at outer step {step}; {done}. Rerun the same command to {again}.",
+                file=sys.stderr,
+            )
+            return 130
+        finally:
+            bar.close()
+            if metrics_file is not None:
+                metrics_file.close()
+            if in_main_thread:
+                signal.signal(signal.SIGTERM, previous)
     print(f"{out}: {total} outer steps done; checkpoint {checkpoint}.")
     return 0
