@@ -1,7 +1,7 @@
 """The metrics file of a run directory: one JSON record per outer step, plus validation records.
 
 Written by `elo meta-train`, read by `elo plot` and the benchmarks. Reading never stops at a bad
-line: unreadable lines are skipped (and, on resume, kept aside and reported).
+line: unreadable lines are skipped (reported by `elo plot`; on resume, kept aside and reported).
 """
 
 import json
@@ -34,7 +34,8 @@ def read_validation(path: Path) -> list[dict[str, Any]]:
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Every valid record of a metrics file. Unreadable lines are skipped (`elo meta-train`
-    reports them and keeps a copy when it resumes), and so is a torn last line."""
+    reports them and keeps a copy when it resumes, `elo plot` reports them), and so is a torn
+    last line."""
     return [record for _, record in scan_records(path)[0]]
 
 
