@@ -17,6 +17,7 @@ from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, Float, Int, Key
 
 from ._build import build_meta_optimizer, build_supervision
+from ._checks import check_key
 from ._config import MetaConfig
 from ._cpu import single_cpu_device_compiler_options
 from ._custom_types import PRNGKeyArray, PyTree
@@ -126,7 +127,7 @@ def meta_step(state: MetaState, key: PRNGKeyArray) -> MetaState:
     **Raises:**
 
     `TypeError` if `state` is not an `elo.MetaState` (e.g. a config was passed: call
-    `elo.init(config, key=...)` first).
+    `elo.init(config, key=...)` first), or if `key` is not a JAX PRNG key.
     """
     if not isinstance(state, MetaState):
         hint = (
@@ -137,6 +138,7 @@ def meta_step(state: MetaState, key: PRNGKeyArray) -> MetaState:
         raise TypeError(
             f"elo.meta_step expects an elo.MetaState, got {type(state).__name__}{hint}."
         )
+    check_key(key, "elo.meta_step")
     lo, meta_opt_state, groups, step, metrics = _compiled_for(state.config)(state, key)
     # The task data stay out of the compiled program's outputs (they never change, and
     # returning them would copy them every step): the new state reuses `state.problems`.

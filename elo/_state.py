@@ -11,6 +11,7 @@ import jax.random as jr
 from jaxtyping import Array, Float, Int
 
 from ._build import build_learned_optimizer, build_meta_optimizer, build_problems
+from ._checks import check_key
 from ._config import MetaConfig
 from ._custom_types import PRNGKeyArray, PyTree
 from ._inner_problem import InnerProblem
@@ -151,6 +152,7 @@ def init(
     """
     if not isinstance(config, MetaConfig):
         raise TypeError(f"`config` must be an elo.MetaConfig, got {type(config).__name__}.")
+    check_key(key, "elo.init")
     lo_key, particles_key = jr.split(key)
     lo = build_learned_optimizer(config, key=lo_key)
     theta, _ = eqx.partition(lo, eqx.is_inexact_array)

@@ -3,7 +3,11 @@
 import argparse
 import dataclasses
 import json
+import os
 import re
+import sys
+import tempfile
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +22,17 @@ from .._evaluate import (
 )
 from .._export import load_optimizer
 from .._io import atomic_write
-from .._pretrained import PRETRAINED_SCHEME
-from ._common import CLIError, load_pretrained as _pretrained
+from .._pretrained import available_pretrained, PRETRAINED_SCHEME
+from ..tasks import list_tasks
+from ._common import check_writable, CLIError, load_pretrained as _pretrained
 
 
 DESCRIPTION = """\
 Train a task from scratch with an optimizer and report its learning curves.
 
-TARGET is a run directory of 'elo meta-train' (its latest checkpoint), a checkpoint file, an
-optimizer exported with 'elo export --format eqx', or a hand-designed optimizer: adamw, adam,
-sgd (no momentum) or muon, with a constant learning rate (--lr, or --lr-sweep to tune it). A
-learned optimizer runs alone (no expert) and is told the run length (--steps).
+{targets}
+
+{tasks}
 
 Every seed (and every learning rate of a sweep) trains in one compiled program. Seed s draws the
 initial parameters and the minibatches from jax.random.key(s), so all optimizers see the same
@@ -38,24 +42,53 @@ A sweep selects the learning rate with the lowest final loss on the TRAIN split 
 
 examples:
   elo evaluate runs/elo --task mlp-w128-d3_fashionmnist-8x8x1 --steps 1000 --seeds 3
+  elo evaluate pretrained:small_fc_mnist8 --task conv-c16-d2_cifar10-8x8x3 --steps 1000
   elo evaluate adamw --task conv-c16-d2_cifar10-8x8x3 --steps 1000 --lr-sweep
   elo evaluate adamw --task mlp-w128-d3_fashionmnist-8x8x1 --steps 5000 --lr-sweep \\
       --lr-min 1e-4 --lr-max 1e-1 --lr-num 7 --out evals/adamw.json
 """
 
 
+def _targets_help() -> str:
+    return textwrap.fill(
+        "TARGET is a run directory of 'elo meta-train' (its latest checkpoint), a checkpoint "
+        "file, an optimizer exported with 'elo export --format eqx', a learned optimizer shipped "
+        f"with elo (pretrained:NAME, NAME one of: {', '.join(available_pretrained())}), or a "
+        "hand-designed optimizer: adamw, adam, sgd (no momentum) or muon, with a constant "
+        "learning rate (--lr, or --lr-sweep to tune it). A learned optimizer runs alone (no "
+        "expert) and is told the run length (--steps).",
+        width=96,
+        break_on_hyphens=False,
+    )
+
+
+def _tasks_help() -> str:
+    return textwrap.fill(
+        f"--task names a task: {', '.join(list_tasks())}, or any of the forms "
+        "mlp-w{width}-d{depth}_{dataset}-{H}x{W}x{C}, "
+        "conv-c{channels}-d{depth}_{dataset}-{H}x{W}x{C} and quadratic-d{dim} (datasets: mnist, "
+        "fashionmnist, cifar10, svhn). In Python, elo.tasks.list_tasks() lists the names and "
+        "help(elo.tasks.get_task) explains the forms.",
+        width=96,
+        break_on_hyphens=False,
+    )
+
+
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "evaluate",
         help="evaluate an optimizer on a task (learning curves, LR sweeps)",
-        description=DESCRIPTION,
+        description=DESCRIPTION.format(targets=_targets_help(), tasks=_tasks_help()),
     )
     parser.add_argument(
         "target",
         metavar="TARGET",
-        help="run directory, checkpoint, exported optimizer, or adamw/adam/sgd/muon",
+        help="run directory, checkpoint, exported optimizer, pretrained:NAME, or "
+        "adamw/adam/sgd/muon",
     )
-    parser.add_argument("--task", required=True, metavar="NAME", help="the task to train")
+    parser.add_argument(
+        "--task", required=True, metavar="NAME", help="the task to train (names: see above)"
+    )
     parser.add_argument("--steps", required=True, type=int, metavar="N", help="training steps")
     parser.add_argument("--seeds", type=int, default=1, metavar="K", help="seeds 0..K-1 (1)")
     parser.add_argument(
@@ -104,8 +137,8 @@ def _resolve_target(target: str) -> tuple[Any, str, Path | None]:
 
 def _default_out(label: str, run_dir: Path | None, task: str, steps: int) -> Path:
     if run_dir is not None:
-        return run_dir / "evaluations" / f"{task}-{steps}.json"
-    return Path("evaluations") / f"{_slug(Path(label).name)}_{task}-{steps}.json"
+        return run_dir / "evaluations" / f"{_slug(task)}-{steps}.json"
+    return Path("evaluations") / f"{_slug(Path(label).name)}_{_slug(task)}-{steps}.json"
 
 
 def _fmt(pair: tuple[float, float], digits: int = 4) -> str:
@@ -178,6 +211,9 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("--lr and --lr-sweep apply to hand-designed optimizers only.")
     if args.lr_sweep and args.lr is not None:
         raise CLIError("give either --lr or --lr-sweep, not both.")
+    # Checked before training: a result that could not be written would be lost.
+    out = Path(args.out) if args.out else _default_out(label, run_dir, args.task, args.steps)
+    check_writable(out, "--out")
     common = dict(
         num_steps=args.steps,
         seeds=args.seeds,
@@ -209,11 +245,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"* selected: lowest final {args.select.replace('_', ' ')}")
     else:
         print(_table([_row(result)], HEADER))
-    out = Path(args.out) if args.out else _default_out(label, run_dir, result.task, args.steps)
     document = evaluation_document(label, result, sweep, args.select if sweep else None)
-    atomic_write(out, [json.dumps(document, allow_nan=False).encode() + b"\n"])
+    data = json.dumps(document, allow_nan=False).encode() + b"\n"
+    try:
+        atomic_write(out, [data])
+    except OSError as e:
+        raise CLIError(f"could not write {out} ({e.strerror or e}); {_keep(data)}.") from None
     print(f"wrote {out}")
     return 0
+
+
+def _keep(data: bytes) -> str:
+    """Save a result that could not be written where asked (the training it cost is not lost)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix="elo-evaluation-", suffix=".json")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except OSError:
+        sys.stdout.write(data.decode())
+        return "the result is printed above"
+    return f"the result is kept in {name}"
 
 
 def _relabel(result: Evaluation, label: str) -> Evaluation:

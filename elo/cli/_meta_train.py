@@ -19,7 +19,7 @@ from .. import distributed, presets
 from .._build import build_meta_optimizer
 from .._checkpoint import load, save
 from .._config import MetaConfig
-from .._cpu import use_cpu_cores
+from .._cpu import available_cores, use_cpu_cores
 from .._export import load_optimizer, optimizer_spec
 from .._io import atomic_write, CheckpointError, remove_stale_temporaries
 from .._mesh import particle_mesh, place
@@ -230,13 +230,25 @@ def configure_cpu_devices(setting: str) -> None:
     count = int(setting) if setting.isascii() and setting.isdigit() else 0
     if count < 1:
         raise CLIError(f"--cpu-devices must be 'auto' or a positive integer, got {setting!r}.")
+    cores = available_cores()
+    if count > cores:
+        raise CLIError(
+            f"--cpu-devices {count} is more than the {cores} CPU cores this process may use; "
+            f"give at most {cores}, or auto (one device per core)."
+        )
     try:
         use_cpu_cores(count)
     except RuntimeError as e:
         raise CLIError(str(e)) from None
 
 
+# JAX makes a key from the low 32 bits of a seed: seeds that differ above them share a key.
+MAX_SEED = 2**32 - 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.seed <= MAX_SEED:
+        raise CLIError(f"--seed must be an integer from 0 to {MAX_SEED}, got {args.seed}.")
     if not args.distributed:
         configure_cpu_devices(args.cpu_devices)
     else:

@@ -1,7 +1,8 @@
 """The metrics file of a run directory: one JSON record per outer step, plus validation records.
 
 Written by `elo meta-train`; read with [`elo.read_metrics`][] / [`elo.read_validation`][], which
-never stop at a bad line: unreadable lines are skipped (and, on resume, kept aside and reported).
+never stop at a bad line: unreadable lines are skipped (reported by `elo plot`; on resume, kept
+aside and reported).
 """
 
 import math

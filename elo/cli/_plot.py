@@ -2,15 +2,15 @@
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._evaluate import Evaluation, EVALUATION_FORMAT
-from .._run_dir import METRICS_FILE
+from .._run_dir import METRICS_FILE, read_metrics, read_validation, scan_records
 from ._common import CLIError
-from ._metrics_file import read_metrics, read_validation
 
 
 DESCRIPTION = """\
@@ -197,21 +197,42 @@ def _with_suffix(out: Path, suffix: str) -> Path:
     return out.with_name(f"{out.stem}-{suffix}{out.suffix or '.png'}")
 
 
+def _warn_unreadable(run: Path) -> None:
+    """Say which lines of a run's metrics file the plot leaves out (as `elo meta-train` does)."""
+    _, unreadable, _ = scan_records(run / METRICS_FILE)
+    if unreadable:
+        shown = ", ".join(map(str, unreadable[:5])) + (", ..." if len(unreadable) > 5 else "")
+        plural = "s" if len(unreadable) > 1 else ""
+        print(
+            f"elo: warning: {run / METRICS_FILE}: {len(unreadable)} unreadable line{plural} "
+            f"({shown}) left out of the plot.",
+            file=sys.stderr,
+        )
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.smooth < 0:
+        raise CLIError(
+            f"--smooth must be 0 (automatic), 1 (none) or a larger window, got {args.smooth}."
+        )
+    given = None if not args.out else Path(args.out)
+    if given is not None and not given.suffix:
+        # matplotlib would add ".png" itself; the name printed must be the file written.
+        given = given.with_name(given.name + ".png")
     runs, eval_paths = _classify(args.paths)
+    for path in runs:
+        _warn_unreadable(path)
     results = [_load_evaluation(p) for p in eval_paths]
     written = []
     if runs:
-        if args.out:
-            out = Path(args.out)
-            out = _with_suffix(out, "meta") if results else out
+        if given is not None:
+            out = _with_suffix(given, "meta") if results else given
         else:
             out = runs[0] / "meta_training.png"
         written.append(plot_meta_training(runs, out, args.smooth))
     if results:
-        if args.out:
-            out = Path(args.out)
-            out = _with_suffix(out, "eval") if runs else out
+        if given is not None:
+            out = _with_suffix(given, "eval") if runs else given
         else:
             out = eval_paths[0].parent / "evaluation.png"
         written.append(plot_evaluations(results, out, args.smooth))
