@@ -260,7 +260,7 @@ def _num(x: float) -> float | None:
 
 def in_distribution(lo) -> dict[str, Any]:
     """MNIST-w32 (the meta-training task) alone across parameter scales, validation split."""
-    from elo._validation import validate
+    from elo import validate
 
     result = validate(lo, META_TASK, num_steps=2000, scales=SCALES, seeds=EVAL_SEEDS)
     return result.to_dict()
