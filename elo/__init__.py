@@ -66,6 +66,16 @@ from ._schedules import (
     SupervisionWeights as SupervisionWeights,
 )
 from ._state import init as init, MetaState as MetaState, Metrics as Metrics
+from ._tuning import (
+    compare as compare,
+    Comparison as Comparison,
+    steps_to_target as steps_to_target,
+    SWEEP_RANGES as SWEEP_RANGES,
+    tune as tune,
+    Tuned as Tuned,
+    TUNED_BASELINES as TUNED_BASELINES,
+    warmup_cosine as warmup_cosine,
+)
 from .optimizers._base import AbstractLearnedOptimizer as AbstractLearnedOptimizer
 from .optimizers._celo2 import Celo2 as Celo2
 from .optimizers._optax import as_optax as as_optax
