@@ -12,6 +12,10 @@ from ._custom_types import Params, PRNGKeyArray, PyTree
 from .tasks import AbstractTask
 
 
+MAX_DRAWN_STEPS = 256
+"""The most steps whose minibatches are held at once: a longer chunk draws them in blocks."""
+
+
 def training_run(
     task: AbstractTask,
     optimizer: optax.GradientTransformation,
@@ -28,8 +32,9 @@ def training_run(
     one key per step, so a seed fixes the initial parameters and the whole data order whatever
     the optimizer. The run is a `jax.lax.scan` over chunks of `eval_every` steps: a chunk's
     minibatches are drawn (`task.sample_batch`, vmapped) before its own `jax.lax.scan` of
-    training steps, then the parameters are measured. A last, shorter chunk covers the
-    remainder of `num_steps`. Traceable: callers `jax.vmap` it over seeds, learning rates or
+    training steps (in blocks of at most `MAX_DRAWN_STEPS` steps, which bounds the memory they
+    take), then the parameters are measured. A last, shorter chunk covers the remainder of
+    `num_steps`. Traceable: callers `jax.vmap` it over seeds, learning rates or
     parameter scales and compile the whole batch of runs as one program.
 
     **Arguments:**
@@ -59,7 +64,16 @@ def training_run(
         return (optax.apply_updates(params, updates), opt_state), loss
 
     def steps(carry, keys):
-        return jax.lax.scan(step, carry, jax.vmap(task.sample_batch)(keys))
+        if keys.shape[0] <= MAX_DRAWN_STEPS:
+            return jax.lax.scan(step, carry, jax.vmap(task.sample_batch)(keys))
+        num_blocks, rest = divmod(keys.shape[0], MAX_DRAWN_STEPS)
+        blocks = keys[: num_blocks * MAX_DRAWN_STEPS].reshape(num_blocks, MAX_DRAWN_STEPS)
+        carry, losses = jax.lax.scan(steps, carry, blocks)
+        losses = losses.reshape(-1)
+        if rest:
+            carry, tail = steps(carry, keys[num_blocks * MAX_DRAWN_STEPS :])
+            losses = jnp.concatenate([losses, tail])
+        return carry, losses
 
     def chunk(carry, keys):
         carry, losses = steps(carry, keys)

@@ -63,3 +63,29 @@ def test_bad_validation_arguments_are_refused(task, lo):
         elo.validate(lo, task, num_steps=0)
     with pytest.raises(ValueError, match="scales"):
         elo.validate(lo, task, scales=(1.0, -1.0))
+
+
+@pytest.mark.parametrize("max_drawn", [2, 256])
+def test_training_run_draws_long_chunks_in_blocks(monkeypatch, max_drawn):
+    """A chunk longer than `MAX_DRAWN_STEPS` draws its minibatches block by block: the same run
+    as the plain loop either way."""
+    monkeypatch.setattr(elo._training_run, "MAX_DRAWN_STEPS", max_drawn)
+    task, opt = elo.tasks.QuadraticTask(3, noise_scale=0.5), optax.sgd(0.05)
+    run = jax.jit(
+        lambda key: elo._training_run.training_run(
+            task, opt, key, num_steps=7, eval_every=5, measure=lambda p: p["w"]
+        )
+    )
+    losses, measured = run(jr.key(0))
+    init_key, data_key = jr.split(jr.key(0))
+    params = task.init(init_key)
+    state, expected_losses, expected_measured = opt.init(params), [], [params["w"]]
+    for i, k in enumerate(jr.split(data_key, 7)):
+        loss, grads = jax.value_and_grad(task.loss)(params, k)
+        updates, state = opt.update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+        expected_losses.append(loss)
+        if i + 1 in (5, 7):
+            expected_measured.append(params["w"])
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
+    np.testing.assert_allclose(measured, np.stack(expected_measured), rtol=1e-5, atol=1e-7)

@@ -1,6 +1,7 @@
 """`elo plot`: meta-training curves and evaluation curves as PNG files."""
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -75,10 +76,18 @@ def _load_evaluations(path: Path) -> list[Evaluation]:
         if data.get("format") == EVALUATION_FORMAT:
             return [Evaluation.from_dict(data)]
         if data.get("format") == COMPARISON_FORMAT:
-            return [Evaluation.from_dict(o["evaluation"]) for o in data["optimizers"]]
+            return [_chosen(o) for o in data["optimizers"]]
         raise ValueError
     except (OSError, ValueError, KeyError, TypeError):
         raise CLIError(f"{path} is not a readable evaluation file of 'elo evaluate'.") from None
+
+
+def _chosen(optimizer: dict[str, Any]) -> Evaluation:
+    result = Evaluation.from_dict(optimizer["evaluation"])
+    if optimizer["hyperparameter"] == "learning_rate_multiplier":
+        name = f"{result.name} (×{optimizer['selected_value']:.3g})"
+        result = dataclasses.replace(result, name=name)
+    return result
 
 
 def _classify(paths: list[str]) -> tuple[list[Path], list[Path]]:
