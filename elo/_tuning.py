@@ -126,7 +126,8 @@ class Tuned(eqx.Module):
     - `values`: the swept values, in grid order.
     - `sweep`: one [`elo.Evaluation`][] per value.
     - `selected`: the index of the chosen value: the lowest final validation loss (mean over
-      seeds) among the values that did not diverge ([`elo.Evaluation.diverged`][]).
+      seeds) among the values that did not diverge ([`elo.Evaluation.diverged`][]); 0 when
+      every value diverged.
     """
 
     name: str
@@ -240,19 +241,11 @@ def tune(
     """
     eval_every, seed_values = _check_run_args(num_steps, eval_every, seeds)
     if isinstance(optimizer, AbstractLearnedOptimizer):
-        make, hyperparameter, grid = (
-            _Learned(optimizer, num_steps),
-            "learning_rate_multiplier",
-            "learned",
-        )
-        label = type(optimizer).__name__
+        make, grid = _Learned(optimizer, num_steps), "learned"
+        hyperparameter, label = "learning_rate_multiplier", type(optimizer).__name__
     elif isinstance(optimizer, str) and optimizer in TUNED_BASELINES:
-        make, hyperparameter, grid, label = (
-            _Scheduled(optimizer, num_steps),
-            "learning_rate",
-            optimizer,
-            optimizer,
-        )
+        make, grid = _Scheduled(optimizer, num_steps), optimizer
+        hyperparameter, label = "learning_rate", optimizer
     else:
         raise ValueError(
             f"Cannot tune {optimizer!r}: pass a learned optimizer or one of "
