@@ -48,6 +48,10 @@ from ._horizon import (
 )
 from ._io import CheckpointError as CheckpointError
 from ._meta_step import meta_step as meta_step
+from ._meta_validation import (
+    validate as validate,
+    Validation as Validation,
+)
 from ._pes import (
     pes_combine as pes_combine,
     sample_perturbation as sample_perturbation,
@@ -63,9 +67,15 @@ from ._schedules import (
     SupervisionWeights as SupervisionWeights,
 )
 from ._state import init as init, MetaState as MetaState, Metrics as Metrics
-from ._validation import (
-    validate as validate,
-    Validation as Validation,
+from ._tuning import (
+    compare as compare,
+    Comparison as Comparison,
+    steps_to_target as steps_to_target,
+    SWEEP_RANGES as SWEEP_RANGES,
+    tune as tune,
+    Tuned as Tuned,
+    TUNED_BASELINES as TUNED_BASELINES,
+    warmup_cosine as warmup_cosine,
 )
 from .optimizers._base import AbstractLearnedOptimizer as AbstractLearnedOptimizer
 from .optimizers._celo2 import Celo2 as Celo2

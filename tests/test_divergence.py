@@ -19,14 +19,19 @@ class ClimbingTask(AbstractTask):
     steps and stays finite, like an inner problem a bad optimizer drives away from the solution.
     """
 
+    name = "climbing"
+
     def init(self, key):
         return {"w": 0.1 * jr.normal(key, (4,))}
 
     def value(self, params):
         return 1.0 + 100.0 * jnp.sum(params["w"] ** 2)
 
-    def loss(self, params, key):
-        del key
+    def sample_batch(self, key):
+        return key
+
+    def batch_loss(self, params, batch):
+        del batch
         f = self.value(params)
         return jax.lax.stop_gradient(2.0 * f) - f  # value f, gradient -grad f
 

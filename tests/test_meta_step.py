@@ -133,11 +133,16 @@ def test_config_round_trips_through_dict():
 class DivergingTask(AbstractTask):
     """A quadratic whose loss overflows to +inf on particles whose parameters start positive."""
 
+    name = "diverging"
+
     def init(self, key):
         return {"w": jr.normal(key, (4,))}
 
-    def loss(self, params, key):
-        del key
+    def sample_batch(self, key):
+        return key
+
+    def batch_loss(self, params, batch):
+        del batch
         w = params["w"]
         return jnp.sum(w**2) * jnp.where(jnp.sum(w) > 0, jnp.float32(3e38), 1.0)
 

@@ -23,6 +23,7 @@ from .._evaluate import (
 from .._export import load_optimizer
 from .._io import atomic_write
 from .._pretrained import available_pretrained, PRETRAINED_SCHEME
+from .._tuning import compare, Comparison, COMPARISON_FORMAT, TUNED_BASELINES
 from ..tasks import list_tasks
 from ._common import check_writable, CLIError, load_pretrained as _pretrained
 
@@ -38,7 +39,15 @@ Every seed (and every learning rate of a sweep) trains in one compiled program. 
 initial parameters and the minibatches from jax.random.key(s), so all optimizers see the same
 data. Train/test loss and accuracy over the whole splits are measured every --eval-every steps.
 A sweep selects the learning rate with the lowest final loss on the TRAIN split (mean over seeds;
---select test_loss picks by the test split instead). Prints a table and writes a JSON file.
+--select validation_loss or test_loss picks by another split). Prints a table and writes a JSON
+file.
+
+--baselines adamw,muon,sgd compares TARGET with tuned baselines instead: AdamW, Muon and SGD
+with momentum 0.9, each with linear warmup and cosine decay, their peak learning rate swept over
+--sweep values on a log grid (TARGET's learning-rate multiplier if it is a learned optimizer).
+Every choice is made on the task's VALIDATION split; the table reports the chosen setting's final
+and best test loss, how many values diverged, and the steps it needs to reach tuned AdamW's final
+test loss (AdamW is always tuned).
 
 examples:
   elo evaluate runs/elo --task mlp-w128-d3_fashionmnist-8x8x1 --steps 1000 --seeds 3
@@ -46,6 +55,8 @@ examples:
   elo evaluate adamw --task conv-c16-d2_cifar10-8x8x3 --steps 1000 --lr-sweep
   elo evaluate adamw --task mlp-w128-d3_fashionmnist-8x8x1 --steps 5000 --lr-sweep \\
       --lr-min 1e-4 --lr-max 1e-1 --lr-num 7 --out evals/adamw.json
+  elo evaluate runs/elo --task mlp-w128-d3_fashionmnist-8x8x1 --steps 2000 \\
+      --baselines adamw,muon,sgd --sweep 7 --seeds 3
 """
 
 
@@ -103,9 +114,17 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--lr-num", type=int, default=7, help="sweep grid size (7)")
     parser.add_argument(
         "--select",
-        choices=("train_loss", "test_loss"),
+        choices=("train_loss", "validation_loss", "test_loss"),
         default="train_loss",
         help="what the sweep minimises at the last step (train_loss)",
+    )
+    parser.add_argument(
+        "--baselines",
+        metavar="LIST",
+        help=f"compare with tuned baselines, comma-separated from {','.join(TUNED_BASELINES)}",
+    )
+    parser.add_argument(
+        "--sweep", type=int, metavar="N", help="values per optimizer with --baselines (7)"
     )
     parser.add_argument("--batch-size", type=int, default=64, help="minibatch size (64)")
     parser.add_argument("--data-dir", metavar="DIR", help="directory searched first for data")
@@ -205,7 +224,11 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--steps must be a positive integer, got {args.steps}.")
     if args.seeds < 1:
         raise CLIError(f"--seeds must be a positive integer, got {args.seeds}.")
+    if args.baselines is None and args.sweep is not None:
+        raise CLIError("--sweep applies with --baselines; use --lr-sweep to tune TARGET alone.")
     optimizer, label, run_dir = _resolve_target(args.target)
+    if args.baselines is not None:
+        return _run_comparison(args, optimizer, label, run_dir)
     hand = isinstance(optimizer, str)
     if not hand and (args.lr_sweep or args.lr is not None):
         raise CLIError("--lr and --lr-sweep apply to hand-designed optimizers only.")
@@ -269,3 +292,97 @@ def _keep(data: bytes) -> str:
 
 def _relabel(result: Evaluation, label: str) -> Evaluation:
     return dataclasses.replace(result, name=label)
+
+
+def _baselines(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TUNED_BASELINES]
+    if not names or unknown:
+        raise CLIError(
+            f"--baselines must list names among {','.join(TUNED_BASELINES)}, got {text!r}."
+        )
+    return list(dict.fromkeys(names))
+
+
+def _comparison_rows(result: Comparison) -> list[list[str]]:
+    rows = []
+    for tuned, steps in zip(result.tuned, result.steps_to_target):
+        value = tuned.value
+        setting = f"lr {value:.3g}" if tuned.hyperparameter == "learning_rate" else f"x{value:.3g}"
+        diverged = sum(tuned.diverged)
+        rows.append(
+            [
+                tuned.name,
+                setting,
+                _fmt(tuned.best.final("validation_loss")),
+                _fmt(tuned.best.final("test_loss")),
+                _fmt(tuned.best.best("test_loss")),
+                _fmt(tuned.best.final("test_accuracy")),
+                f"{diverged}/{len(tuned.values)}",
+                "never" if steps is None else str(steps),
+            ]
+        )
+    return rows
+
+
+COMPARISON_HEADER = [
+    "optimizer",
+    "chosen",
+    "val loss",
+    "test loss",
+    "best test loss",
+    "test acc",
+    "diverged",
+    "steps to AdamW",
+]
+
+
+def comparison_document(target: str, result: Comparison) -> dict[str, Any]:
+    """The JSON document `elo evaluate --baselines` writes: [`elo.Comparison.to_dict`][]."""
+    return {"format": COMPARISON_FORMAT, "version": 1, "target": target, **result.to_dict()}
+
+
+def _run_comparison(args: argparse.Namespace, optimizer: Any, label: str, run_dir: Any) -> int:
+    if args.lr is not None or args.lr_sweep:
+        raise CLIError("--baselines tunes every optimizer itself; drop --lr and --lr-sweep.")
+    if args.sweep is not None and args.sweep < 1:
+        raise CLIError(f"--sweep must be a positive integer, got {args.sweep}.")
+    baselines = _baselines(args.baselines)
+    if isinstance(optimizer, str) and optimizer not in TUNED_BASELINES:
+        raise CLIError(
+            f"--baselines compares tuned optimizers: TARGET must be a learned optimizer or one of "
+            f"{', '.join(TUNED_BASELINES)}, got {optimizer!r}."
+        )
+    optimizers = [optimizer, *(b for b in baselines if b != optimizer)]
+    names = [label, *(b for b in baselines if b != optimizer)]
+    # Checked before training: a result that could not be written would be lost.
+    if args.out:
+        out = Path(args.out)
+    else:
+        out = _default_out(label, run_dir, f"{args.task}-tuned", args.steps)
+    check_writable(out, "--out")
+    result = compare(
+        optimizers,
+        args.task,
+        num_steps=args.steps,
+        num_values=7 if args.sweep is None else args.sweep,
+        seeds=args.seeds,
+        eval_every=args.eval_every,
+        names=names,
+        batch_size=args.batch_size,
+        data_dir=args.data_dir,
+    )
+    first = result.tuned[0].best
+    print(f"task {result.task}, {first.num_steps} steps, seeds {list(first.seeds)} (mean ± std)")
+    print(_table(_comparison_rows(result), COMPARISON_HEADER))
+    print(
+        "chosen on the validation split; steps to AdamW: first evaluation point with a test "
+        f"loss <= {result.target_loss:.4f} (tuned AdamW's final)"
+    )
+    data = json.dumps(comparison_document(label, result), allow_nan=False).encode() + b"\n"
+    try:
+        atomic_write(out, [data])
+    except OSError as e:
+        raise CLIError(f"could not write {out} ({e.strerror or e}); {_keep(data)}.") from None
+    print(f"wrote {out}")
+    return 0

@@ -1,6 +1,7 @@
 """`elo plot`: meta-training curves and evaluation curves as PNG files."""
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -10,22 +11,25 @@ import numpy as np
 
 from .._evaluate import Evaluation, EVALUATION_FORMAT
 from .._run_dir import METRICS_FILE, read_metrics, read_validation, scan_records
+from .._tuning import COMPARISON_FORMAT
 from ._common import CLIError
 
 
 DESCRIPTION = """\
 Plot meta-training runs and evaluations.
 
-Each PATH is a run directory of 'elo meta-train' (its metrics.jsonl) or an evaluation JSON
-file of 'elo evaluate'. Runs are drawn together on one figure (meta-loss, largest inner step
-reached, alpha = the learned optimizer's weight in the fused trajectory); evaluations on another
-(training minibatch loss, test loss, test accuracy; mean over seeds with a ± std band), every
-optimizer on the same axes.
+Each PATH is a run directory of 'elo meta-train' (its metrics.jsonl) or a JSON file of 'elo
+evaluate' (an evaluation, a sweep's chosen run, or the chosen run of every optimizer of
+--baselines). Runs are drawn together on one figure (meta-loss, largest inner step reached,
+alpha = the learned optimizer's weight in the fused trajectory); evaluations on another (training
+minibatch loss, test loss, test accuracy; mean over seeds with a ± std band), every optimizer on
+the same axes.
 
 examples:
   elo plot runs/elo
   elo plot runs/elo runs/pes --out meta.png
   elo plot runs/elo/evaluations/*.json evaluations/adamw_*.json --out eval.png
+  elo plot runs/elo/evaluations/mlp-w128-d3_fashionmnist-8x8x1-tuned-2000.json
 """
 
 
@@ -65,14 +69,25 @@ def _window(n: int, requested: int) -> int:
     return requested if requested > 0 else max(1, n // 50)
 
 
-def _load_evaluation(path: Path) -> Evaluation:
+def _load_evaluations(path: Path) -> list[Evaluation]:
+    """One evaluation, or the chosen run of every optimizer of a comparison (`--baselines`)."""
     try:
         data = json.loads(path.read_text())
-        if data.get("format") != EVALUATION_FORMAT:
-            raise ValueError
-        return Evaluation.from_dict(data)
+        if data.get("format") == EVALUATION_FORMAT:
+            return [Evaluation.from_dict(data)]
+        if data.get("format") == COMPARISON_FORMAT:
+            return [_chosen(o) for o in data["optimizers"]]
+        raise ValueError
     except (OSError, ValueError, KeyError, TypeError):
         raise CLIError(f"{path} is not a readable evaluation file of 'elo evaluate'.") from None
+
+
+def _chosen(optimizer: dict[str, Any]) -> Evaluation:
+    result = Evaluation.from_dict(optimizer["evaluation"])
+    if optimizer["hyperparameter"] == "learning_rate_multiplier":
+        name = f"{result.name} (×{optimizer['selected_value']:.3g})"
+        result = dataclasses.replace(result, name=name)
+    return result
 
 
 def _classify(paths: list[str]) -> tuple[list[Path], list[Path]]:
@@ -222,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     runs, eval_paths = _classify(args.paths)
     for path in runs:
         _warn_unreadable(path)
-    results = [_load_evaluation(p) for p in eval_paths]
+    results = [r for p in eval_paths for r in _load_evaluations(p)]
     written = []
     if runs:
         if given is not None:

@@ -9,9 +9,9 @@ from typing import Any
 
 from .._config import MetaConfig
 from .._export import save_optimizer
+from .._meta_validation import validate
 from .._run_dir import BEST_OPTIMIZER, METRICS_FILE
 from .._state import MetaState
-from .._validation import validate
 from ..tasks import get_task
 from ._common import CLIError
 from ._metrics_file import read_validation

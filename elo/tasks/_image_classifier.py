@@ -30,8 +30,8 @@ class AbstractImageClassifier(AbstractTask):
     """A 10-way image classifier trained with softmax cross-entropy on minibatches of an
     [`elo.tasks.ImageDataset`][] gathered in-graph.
 
-    Subclasses hold `data`, `batch_size` and `eval_split` and implement `init`, `name` and
-    `logits`; losses, evaluation and the loss normalisation are shared.
+    Subclasses hold `data`, `batch_size` and `eval_split` and define `name`, `init` and
+    `logits`; minibatches, losses, evaluation and the loss normalisation are shared.
     """
 
     data: eqx.AbstractVar[ImageDataset]
@@ -46,29 +46,10 @@ class AbstractImageClassifier(AbstractTask):
                 f"{owner}.eval_split must be 'validation' or 'test', got {self.eval_split!r}."
             )
 
-    @property
-    @abc.abstractmethod
-    def name(self) -> str:
-        """The task's name, e.g. `"mlp-w32-d1_mnist-8x8x1"`."""
-
     @abc.abstractmethod
     def logits(self, params: Params, inputs: Float[Array, "b d"]) -> Float[Array, "b 10"]:
         """Apply the network to preprocessed inputs `(batch, H*W*C)`; returns `(batch, 10)`
         class logits."""
-
-    def loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
-        """Mean softmax cross-entropy on a train minibatch of `batch_size` drawn from `key`.
-
-        **Arguments:**
-
-        - `params`: as returned by `init`.
-        - `key`: selects the minibatch (indices uniform with replacement).
-
-        **Returns:**
-
-        A float32 scalar.
-        """
-        return self.batch_loss(params, self.sample_batch(key))
 
     def sample_batch(self, key: PRNGKeyArray) -> tuple[UInt8[Array, "b d"], Int32[Array, " b"]]:
         """A train minibatch of `batch_size` drawn from `key`, as stored: `(images, labels)`
