@@ -130,3 +130,23 @@ def test_the_inner_problem_does_not_branch_on_restart_or_divergence_settings():
     words = ("buffer", "resum", "diverg", "settings", "restarts")
     branches = [t for t in tests if any(w in t for w in words)]
     assert not branches, branches
+
+
+def test_benchmarks_and_studies_import_public_elo_only():
+    """Outside `elo/` and `tests/`, code uses the documented API: no `elo._x` module, and no
+    private module of a public subpackage (`elo.cli._x`, `elo.optimizers._x`, ...)."""
+    root = Path(__file__).resolve().parents[1]
+    private = []
+    for folder in ("benchmarks", "studies"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                for name in names:
+                    parts = name.split(".")
+                    if parts[0] == "elo" and any(p.startswith("_") for p in parts[1:]):
+                        private.append(f"{path.relative_to(root)}: {name}")
+    assert not private, f"private elo modules used outside the library: {private}"

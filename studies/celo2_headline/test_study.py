@@ -87,3 +87,25 @@ def test_a_results_directory_continues_only_with_the_same_meta_training_settings
     monkeypatch.setattr(settings, "META_STEPS", settings.META_STEPS + 1)
     with pytest.raises(SystemExit, match="other settings"):
         study.check_settings(tmp_path)
+
+
+def test_evaluation_summary_reports_the_chosen_value_the_default_and_every_value():
+    from studies.celo2_headline import evaluate
+
+    tuned = elo.tune("adamw", "quadratic-d10", num_steps=6, values=[1e-3, 1.0], seeds=2)
+    summary = evaluate.summarise(tuned, seconds=1.0)
+    assert summary["selected"] == tuned.selected and summary["value"] == tuned.value
+    assert [v["value"] for v in summary["sweep"]] == pytest.approx([1e-3, 1.0])
+    assert summary["default_index"] == 1  # the value closest to 1 (a learned optimizer's default)
+    chosen = summary["sweep"][summary["selected"]]
+    assert summary["test_loss"] == chosen["test_loss"]
+    value, diverged = evaluate.capped_final(tuned.best)
+    assert value == pytest.approx(chosen["test_loss"]) and diverged == chosen["diverged"]
+    json.dumps(summary)
+
+
+def test_every_protocol_cell_is_listed_once():
+    from studies.celo2_headline import evaluate
+
+    cells = evaluate.cells()
+    assert len(cells) == len(set(cells)) == 15
