@@ -328,7 +328,8 @@ def _resolve_task(task: AbstractTask | str, batch_size: int, data_dir: Any) -> A
 
 
 def _task_name(task: AbstractTask) -> str:
-    return task.name if isinstance(task, AbstractImageClassifier) else type(task).__name__
+    name = getattr(task, "name", None)
+    return name if isinstance(name, str) else type(task).__name__
 
 
 def _seed_keys(seeds: tuple[int, ...]) -> Any:
