@@ -124,7 +124,7 @@ def pretrained(
     - `name`: as above.
     - `hub_dir`: a local directory of Hub repositories, `OWNER/NAME/` each, searched first for
       `hf:` names (e.g. copies made with `elo.export_pylo(f"{hub_dir}/OWNER/NAME", lo)` or
-      `huggingface-cli download OWNER/NAME --local-dir {hub_dir}/OWNER/NAME`).
+      `hf download OWNER/NAME --local-dir {hub_dir}/OWNER/NAME`).
 
     **Returns:**
 
