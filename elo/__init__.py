@@ -29,12 +29,7 @@ from ._evaluate import (
     log_grid as log_grid,
     lr_sweep as lr_sweep,
 )
-from ._export import (
-    export_pylo as export_pylo,
-    load_optimizer as load_optimizer,
-    pylo_state_dict as pylo_state_dict,
-    save_optimizer as save_optimizer,
-)
+from ._export import load_optimizer as load_optimizer, save_optimizer as save_optimizer
 from ._fusion import (
     fused_step as fused_step,
     FusedStep as FusedStep,
@@ -59,6 +54,11 @@ from ._pes import (
 from ._pretrained import (
     available_pretrained as available_pretrained,
     pretrained as pretrained,
+)
+from ._pylo import (
+    export_pylo as export_pylo,
+    import_pylo as import_pylo,
+    pylo_state_dict as pylo_state_dict,
 )
 from ._run_dir import read_metrics as read_metrics, read_validation as read_validation
 from ._schedules import (

@@ -15,3 +15,12 @@ from ._data import (
 from ._image_mlp import ImageMLPTask as ImageMLPTask
 from ._quadratic import QuadraticTask as QuadraticTask
 from ._registry import get_task as get_task, list_tasks as list_tasks
+from ._text import (
+    known_text_datasets as known_text_datasets,
+    load_text_dataset as load_text_dataset,
+    TextDataset as TextDataset,
+)
+from ._transformer import (
+    ByteTransformer as ByteTransformer,
+    TextTransformerTask as TextTransformerTask,
+)
