@@ -17,7 +17,8 @@ from ._checks import is_int_at_least, seed_tuple
 from ._custom_types import Params, Scalar
 from .optimizers._base import AbstractLearnedOptimizer
 from .optimizers._optax import as_optax
-from .tasks import AbstractTask, get_task
+from .tasks import AbstractTask, get_task, ModelTask
+from .tasks._fingerprint import task_name
 from .tasks._image_classifier import AbstractImageClassifier
 
 
@@ -249,9 +250,11 @@ def _measure(task: AbstractTask, params: Params) -> Float[Array, " 4"]:
         train = task.evaluate(params, "train")
         test = task.evaluate(params, "test")
         return jnp.stack([train[0], train[1], test[0], test[1]]).astype(jnp.float32)
+    nan = jnp.full((), jnp.nan, jnp.float32)
+    if isinstance(task, ModelTask):
+        return jnp.stack([task.evaluate(params, "train"), nan, task.evaluate(params, "test"), nan])
     # Tasks without whole-split evaluation: fixed-key minibatch losses, no accuracy.
     key = jr.key(0)
-    nan = jnp.full((), jnp.nan, jnp.float32)
     return jnp.stack([task.loss(params, key), nan, task.eval_loss(params, key), nan])
 
 
@@ -325,10 +328,6 @@ def _resolve_task(task: AbstractTask | str, batch_size: int, data_dir: Any) -> A
             f"`task` must be a task name or an AbstractTask, got {type(task).__name__}."
         )
     return task
-
-
-def _task_name(task: AbstractTask) -> str:
-    return task.name if isinstance(task, AbstractImageClassifier) else type(task).__name__
 
 
 def _seed_keys(seeds: tuple[int, ...]) -> Any:
@@ -418,7 +417,7 @@ def _result(name, task, num_steps, eval_every, seeds, learning_rate, losses, mea
     measured = np.asarray(measured, np.float32)
     return Evaluation(
         name=name,
-        task=_task_name(task),
+        task=task_name(task),
         num_steps=num_steps,
         eval_every=eval_every,
         seeds=seeds,

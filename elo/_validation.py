@@ -24,7 +24,8 @@ from ._checks import is_int_at_least, seed_tuple
 from ._custom_types import Params
 from .optimizers._base import AbstractLearnedOptimizer
 from .optimizers._optax import as_optax
-from .tasks import AbstractTask, get_task, ScaledTask
+from .tasks import AbstractTask, get_task, ModelTask, ScaledTask
+from .tasks._fingerprint import task_name
 from .tasks._image_classifier import AbstractImageClassifier
 
 
@@ -73,6 +74,8 @@ class Validation(eqx.Module):
 def _final_loss(task: AbstractTask, params: Params) -> Float[Array, ""]:
     if isinstance(task, AbstractImageClassifier):
         return task.evaluate(params, "validation")[0]
+    if isinstance(task, ModelTask):
+        return task.evaluate(params, "validation")
     # Tasks without whole-split evaluation: the mean held-out minibatch loss over fixed keys.
     keys = jr.split(jr.key(0), 8)
     return jnp.mean(jax.vmap(lambda k: task.eval_loss(params, k))(keys))
@@ -153,7 +156,7 @@ def validate(
     if isinstance(task, str):
         name, task = task, get_task(task, batch_size=batch_size, data_dir=data_dir)
     elif isinstance(task, AbstractTask):
-        name = task.name if isinstance(task, AbstractImageClassifier) else type(task).__name__
+        name = task_name(task)
     else:
         raise TypeError(f"`task` must be a task name or an AbstractTask, got {type(task)}.")
     keys = jnp.stack([jr.key(s) for s in seeds])
