@@ -20,6 +20,7 @@ from .._export import load_optimizer
 from .._io import atomic_write
 from .._pretrained import PRETRAINED_SCHEME
 from ._common import CLIError, load_pretrained as _pretrained
+from ._task_factory import is_factory, load_factory_tasks, TASK_HELP
 
 
 DESCRIPTION = """\
@@ -41,6 +42,7 @@ examples:
   elo evaluate adamw --task conv-c16-d2_cifar10-8x8x3 --steps 1000 --lr-sweep
   elo evaluate adamw --task mlp-w128-d3_fashionmnist-8x8x1 --steps 5000 --lr-sweep \\
       --lr-min 1e-4 --lr-max 1e-1 --lr-num 7 --out evals/adamw.json
+  elo evaluate runs/mine --task mytasks:make_task --steps 1000 --seeds 3
 """
 
 
@@ -55,7 +57,12 @@ def add_parser(subparsers: Any) -> None:
         metavar="TARGET",
         help="run directory, checkpoint, exported optimizer, or adamw/adam/sgd/muon",
     )
-    parser.add_argument("--task", required=True, metavar="NAME", help="the task to train")
+    parser.add_argument(
+        "--task",
+        required=True,
+        metavar="TASK",
+        help=f"the task to train: {TASK_HELP} (each task of a list is evaluated in turn)",
+    )
     parser.add_argument("--steps", required=True, type=int, metavar="N", help="training steps")
     parser.add_argument("--seeds", type=int, default=1, metavar="K", help="seeds 0..K-1 (1)")
     parser.add_argument(
@@ -104,8 +111,8 @@ def _resolve_target(target: str) -> tuple[Any, str, Path | None]:
 
 def _default_out(label: str, run_dir: Path | None, task: str, steps: int) -> Path:
     if run_dir is not None:
-        return run_dir / "evaluations" / f"{task}-{steps}.json"
-    return Path("evaluations") / f"{_slug(Path(label).name)}_{task}-{steps}.json"
+        return run_dir / "evaluations" / f"{_slug(task)}-{steps}.json"
+    return Path("evaluations") / f"{_slug(Path(label).name)}_{_slug(task)}-{steps}.json"
 
 
 def _fmt(pair: tuple[float, float], digits: int = 4) -> str:
@@ -168,6 +175,16 @@ def _finite(x: float) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if isinstance(args.task, str) and is_factory(args.task):
+        tasks = load_factory_tasks(args.task)
+        if len(tasks) > 1 and args.out:
+            raise CLIError(
+                f"--out names one file, but --task {args.task} gives {len(tasks)} tasks; leave "
+                "--out out to write one file per task."
+            )
+        for task in tasks:
+            run(argparse.Namespace(**{**vars(args), "task": task}))
+        return 0
     if args.steps < 1:
         raise CLIError(f"--steps must be a positive integer, got {args.steps}.")
     if args.seeds < 1:

@@ -12,12 +12,15 @@ from .._export import save_optimizer
 from .._run_dir import BEST_OPTIMIZER, METRICS_FILE
 from .._state import MetaState
 from .._validation import validate
-from ..tasks import get_task
+from ..tasks import AbstractTask, get_task
 from ._common import CLIError
 from ._metrics_file import read_validation
+from ._task_factory import is_factory, load_factory_tasks
 
 
-def validation_settings(args: argparse.Namespace, config: MetaConfig) -> tuple | None:
+def validation_settings(
+    args: argparse.Namespace, config: MetaConfig, tasks: list[AbstractTask] | None = None
+) -> tuple | None:
     if args.validate_every < 0:
         raise CLIError(f"--validate-every must be 0 or positive, got {args.validate_every}.")
     if args.validate_every == 0:
@@ -29,21 +32,25 @@ def validation_settings(args: argparse.Namespace, config: MetaConfig) -> tuple |
             "--validate-every does not combine with --distributed; validate the run's "
             "checkpoints afterwards with elo.validate."
         )
-    task = args.validate_task or config.tasks[0]
+    if args.validate_task is None and tasks is not None:
+        return args.validate_every, args.validate_steps, tasks[0]
+    spec = args.validate_task or config.tasks[0]
+    if is_factory(spec):
+        return args.validate_every, args.validate_steps, load_factory_tasks(spec)[0]
     try:
-        get_task(task, batch_size=config.batch_size, data_dir=config.data_dir)
+        task = get_task(spec, batch_size=config.batch_size, data_dir=config.data_dir)
     except (ValueError, FileNotFoundError) as e:
         raise CLIError(f"--validate-task: {e}") from None
-    return args.validate_every, args.validate_steps, task, config
+    return args.validate_every, args.validate_steps, task
 
 
 class Validator:
     """Scores the learned optimizer alone every `every` outer steps, logs the result to
     metrics.jsonl and keeps the best-scoring optimizer in best_optimizer.eqx."""
 
-    def __init__(self, out: Path, every: int, num_steps: int, task: str, config: MetaConfig):
+    def __init__(self, out: Path, every: int, num_steps: int, task: AbstractTask):
         self.out, self.every, self.num_steps = out, every, num_steps
-        self.task = get_task(task, batch_size=config.batch_size, data_dir=config.data_dir)
+        self.task = task
         scores = [r["validation"]["score"] for r in read_validation(out / METRICS_FILE)]
         self.best = min(scores) if scores else math.inf
 
