@@ -81,10 +81,17 @@ def error_line(capsys) -> str:
 def test_meta_train_with_factory_tasks_resumes_and_refuses_other_tasks(factories, capsys):
     out = factories / "run"
     args = ["meta-train", *TINY, "--out", str(out)]
-    assert main([*args, "--task", "mytasks:pair"]) == 0
+    validation = ["--validate-every", "8", "--validate-steps", "3"]
+    assert main([*args, "--task", "mytasks:pair", *validation]) == 0
     saved = json.loads((out / "config.json").read_text())
     assert [t.split("@")[0] for t in saved["config"]["tasks"]] == ["sine", "quadratic-d4"]
     assert saved["task"] == ["mytasks:pair"]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    validated = [r for r in records if "validation" in r]
+    # The first factory task is the default validation task.
+    assert [r["step"] for r in validated] == [0, 8]
+    assert {r["validation"]["task"] for r in validated} == {"sine"}
+    assert (out / "best_optimizer.eqx").is_file()
     capsys.readouterr()
     assert main([*args, "--task", "mytasks:pair"]) == 0
     assert "the run is complete" in capsys.readouterr().out

@@ -9,9 +9,7 @@ import numpy as np
 
 from .._checks import is_int_at_least
 from ._data import ImageDataset, ImageSplit
-
-
-SPLITS = ("train", "validation", "test")
+from ._model_task import SPLITS
 
 
 def _columns(split: Any, where: str, columns: Sequence[str] | None) -> dict[str, np.ndarray]:
