@@ -246,15 +246,13 @@ def _given(opt: optax.GradientTransformation) -> optax.GradientTransformation:
 
 
 def _measure(task: AbstractTask, params: Params) -> Float[Array, " 4"]:
-    if isinstance(task, AbstractImageClassifier):
+    if isinstance(task, AbstractImageClassifier | ModelTask):
         train = task.evaluate(params, "train")
         test = task.evaluate(params, "test")
         return jnp.stack([train[0], train[1], test[0], test[1]]).astype(jnp.float32)
-    nan = jnp.full((), jnp.nan, jnp.float32)
-    if isinstance(task, ModelTask):
-        return jnp.stack([task.evaluate(params, "train"), nan, task.evaluate(params, "test"), nan])
     # Tasks without whole-split evaluation: fixed-key minibatch losses, no accuracy.
     key = jr.key(0)
+    nan = jnp.full((), jnp.nan, jnp.float32)
     return jnp.stack([task.loss(params, key), nan, task.eval_loss(params, key), nan])
 
 

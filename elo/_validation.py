@@ -72,10 +72,8 @@ class Validation(eqx.Module):
 
 
 def _final_loss(task: AbstractTask, params: Params) -> Float[Array, ""]:
-    if isinstance(task, AbstractImageClassifier):
+    if isinstance(task, AbstractImageClassifier | ModelTask):
         return task.evaluate(params, "validation")[0]
-    if isinstance(task, ModelTask):
-        return task.evaluate(params, "validation")
     # Tasks without whole-split evaluation: the mean held-out minibatch loss over fixed keys.
     keys = jr.split(jr.key(0), 8)
     return jnp.mean(jax.vmap(lambda k: task.eval_loss(params, k))(keys))

@@ -112,18 +112,26 @@ def test_meta_trains_beside_a_built_in_task_and_records_the_tasks():
         assert np.isfinite(state.metrics.to_dict()["meta_loss"])
 
 
+def close(model, batch):
+    """The share of examples predicted within 0.5 of the target."""
+    return jnp.mean(jnp.abs(jax.vmap(model)(batch["x"]) - batch["y"]) < 0.5)
+
+
 def test_evaluate_measures_whole_splits():
     data = regression_data(n=103)  # a test split of 26: chunks of 16 and 10
     model = eqx.nn.MLP(2, 1, 8, 1, key=jr.key(5))
-    task = elo.tasks.ModelTask(model, mse, data, batch_size=16, name="fixed")
+    task = elo.tasks.ModelTask(model, mse, data, batch_size=16, name="fixed", accuracy=close)
     result = elo.evaluate("adamw", task, num_steps=4, eval_every=2)
     assert result.task == "fixed"
-    whole = {split: float(mse(model, data[split])) for split in ("train", "test")}
-    assert result.test_loss[0, 0] == pytest.approx(whole["test"], rel=1e-5)
-    assert result.train_loss[0, 0] == pytest.approx(whole["train"], rel=1e-5)
-    assert float(task.evaluate(task.init(jr.key(0)), "validation")) == pytest.approx(
-        float(mse(model, data["validation"])), rel=1e-5
-    )
+    for split in ("train", "test"):
+        loss, accuracy = (getattr(result, f"{split}_{m}")[0, 0] for m in ("loss", "accuracy"))
+        assert loss == pytest.approx(float(mse(model, data[split])), rel=1e-5)
+        assert accuracy == pytest.approx(float(close(model, data[split])), rel=1e-5)
+    loss, accuracy = task.evaluate(task.init(jr.key(0)), "validation")
+    assert float(loss) == pytest.approx(float(mse(model, data["validation"])), rel=1e-5)
+    assert 0.0 < float(accuracy) < 1.0
+    without = elo.tasks.ModelTask(model, mse, data, batch_size=16, max_loss=1.0)
+    assert np.isnan(float(without.evaluate(without.init(jr.key(0)), "test")[1]))
 
 
 def test_validate_scores_the_validation_split():
@@ -187,6 +195,8 @@ def test_a_loss_that_is_not_a_scalar_is_refused():
         elo.tasks.ModelTask(
             eqx.nn.MLP(2, 1, 8, 1, key=jr.key(0)), per_example, regression_data(), batch_size=16
         )
+    with pytest.raises(ValueError, match=r"ModelTask.accuracy must return a scalar"):
+        make_task(accuracy=per_example)
 
 
 def test_leaves_of_a_split_with_different_leading_axes_are_refused():

@@ -8,7 +8,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Key
+from jaxtyping import Array, Float, Key
 
 from .._checks import is_finite_number, is_int_at_least
 from .._custom_types import Params, PRNGKeyArray, PyTree, Scalar
@@ -133,6 +133,8 @@ class ModelTask(AbstractTask):
     - `eval_split`: the split `eval_loss` draws from, `"test"` (default) or `"validation"`.
     - `max_loss`: the bound of the normalised loss (default: 1.5 times the mean training loss
       at initialisation, measured once when the task is built).
+    - `accuracy`: optionally `accuracy(model, batch) -> scalar`, the fraction of the batch
+      predicted correctly, which [`elo.evaluate`][] then reports beside the loss.
 
     !!! example
 
@@ -147,6 +149,7 @@ class ModelTask(AbstractTask):
     model: PyTree
     make_model: Callable[[PRNGKeyArray], PyTree] | None
     loss_fn: Callable[[PyTree, PyTree], Scalar]
+    accuracy_fn: Callable[[PyTree, PyTree], Scalar] | None
     train: PyTree
     validation: PyTree
     test: PyTree
@@ -164,6 +167,7 @@ class ModelTask(AbstractTask):
         name: str | None = None,
         eval_split: Literal["validation", "test"] = "test",
         max_loss: float | None = None,
+        accuracy: Callable[[PyTree, PyTree], Scalar] | None = None,
     ):
         if not is_int_at_least(batch_size, 1):
             raise ValueError(
@@ -173,11 +177,12 @@ class ModelTask(AbstractTask):
             raise ValueError(
                 f"ModelTask.eval_split must be 'validation' or 'test', got {eval_split!r}."
             )
-        if not callable(loss):
-            raise ValueError(
-                f"ModelTask.loss must be a function loss(model, batch) -> scalar, got "
-                f"{type(loss).__name__}."
-            )
+        for field, fn in (("loss", loss), ("accuracy", accuracy)):
+            if not (callable(fn) or (field == "accuracy" and fn is None)):
+                raise ValueError(
+                    f"ModelTask.{field} must be a function {field}(model, batch) -> scalar, got "
+                    f"{type(fn).__name__}."
+                )
         if isinstance(model, eqx.Module) or not callable(model):
             make_model = None
         else:
@@ -199,10 +204,13 @@ class ModelTask(AbstractTask):
         self.model = model
         self.make_model = make_model
         self.loss_fn = loss
+        self.accuracy_fn = accuracy
         self.train, self.validation, self.test = (splits[s] for s in SPLITS)
         self.batch_size = batch_size
         self.eval_split = eval_split
-        self._check_loss()
+        self._check_scalar("loss", loss)
+        if accuracy is not None:
+            self._check_scalar("accuracy", accuracy)
         if max_loss is None:
             self.max_loss = math.inf
             max_loss = 1.5 * _initial_loss(self)
@@ -215,23 +223,23 @@ class ModelTask(AbstractTask):
             raise ValueError(f"ModelTask.max_loss must be a positive number, got {max_loss!r}.")
         self.max_loss = float(max_loss)
 
-    def _check_loss(self) -> None:
+    def _check_scalar(self, field: str, fn: Callable) -> None:
         params = self.init(jr.key(0))
-        out = eqx.filter_eval_shape(self._raw_loss, params, self.sample_batch(jr.key(0)))
+        out = eqx.filter_eval_shape(self._apply, fn, params, self.sample_batch(jr.key(0)))
         if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != ():
             got = f"shape {out.shape}" if isinstance(out, jax.ShapeDtypeStruct) else repr(out)
             raise ValueError(
-                f"ModelTask.loss must return a scalar, but on a batch of {self.batch_size} "
+                f"ModelTask.{field} must return a scalar, but on a batch of {self.batch_size} "
                 f"examples it returned {got}; reduce it, e.g. with jnp.mean."
             )
         if not jnp.issubdtype(out.dtype, jnp.floating):
             raise ValueError(
-                f"ModelTask.loss must return a floating-point scalar, got dtype {out.dtype}."
+                f"ModelTask.{field} must return a floating-point scalar, got dtype {out.dtype}."
             )
 
-    def _raw_loss(self, params: Params, batch: PyTree) -> Any:
+    def _apply(self, fn: Callable, params: Params, batch: PyTree) -> Any:
         _, static = eqx.partition(self.model, eqx.is_inexact_array)
-        return self.loss_fn(eqx.combine(params, static), batch)
+        return fn(eqx.combine(params, static), batch)
 
     def split(self, name: Literal["train", "validation", "test"]) -> PyTree:
         """The data of one split.
@@ -302,7 +310,7 @@ class ModelTask(AbstractTask):
 
         A float32 scalar.
         """
-        return jnp.asarray(self._raw_loss(params, batch), jnp.float32)
+        return jnp.asarray(self._apply(self.loss_fn, params, batch), jnp.float32)
 
     def eval_loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
         """The loss on a minibatch of the `eval_split` split.
@@ -320,11 +328,13 @@ class ModelTask(AbstractTask):
         index = jr.randint(key, (self.batch_size,), 0, _num_examples(data))
         return self.batch_loss(params, _gather(data, index))
 
-    def evaluate(self, params: Params, split: Literal["train", "validation", "test"]) -> Scalar:
-        """The loss over a whole split, walked in chunks of `batch_size` examples.
+    def evaluate(
+        self, params: Params, split: Literal["train", "validation", "test"]
+    ) -> tuple[Scalar, Scalar]:
+        """The loss and accuracy over a whole split, walked in chunks of `batch_size` examples.
 
-        Each chunk's loss is weighted by its number of examples, which gives the mean over the
-        split when the loss is a mean over its batch's examples.
+        Each chunk's values are weighted by its number of examples, which gives the means over
+        the split when `loss` and `accuracy` are means over their batch's examples.
 
         **Arguments:**
 
@@ -333,24 +343,31 @@ class ModelTask(AbstractTask):
 
         **Returns:**
 
-        A float32 scalar.
+        `(loss, accuracy)`, two float32 scalars; the accuracy is NaN for a task built without
+        an `accuracy` function.
         """
         data = self.split(split)
         n = _num_examples(data)
         size = min(self.batch_size, n)
         num_chunks, rest = divmod(n, size)
+
+        def measure(chunk: PyTree) -> Float[Array, " 2"]:
+            loss = self.batch_loss(params, chunk)
+            if self.accuracy_fn is None:
+                return jnp.stack([loss, jnp.full((), jnp.nan, jnp.float32)])
+            accuracy = jnp.asarray(self._apply(self.accuracy_fn, params, chunk), jnp.float32)
+            return jnp.stack([loss, accuracy])
+
+        def body(total: Float[Array, " 2"], chunk: PyTree) -> tuple[Float[Array, " 2"], None]:
+            return total + size * measure(chunk), None
+
         chunks = jax.tree.map(
             lambda x: x[: num_chunks * size].reshape(num_chunks, size, *x.shape[1:]), data
         )
-
-        def body(total: Scalar, chunk: PyTree) -> tuple[Scalar, None]:
-            return total + size * self.batch_loss(params, chunk), None
-
-        total, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32), chunks)
+        total, _ = jax.lax.scan(body, jnp.zeros((2,), jnp.float32), chunks)
         if rest:
-            tail = jax.tree.map(lambda x: x[num_chunks * size :], data)
-            total = total + rest * self.batch_loss(params, tail)
-        return total / n
+            total = total + rest * measure(jax.tree.map(lambda x: x[num_chunks * size :], data))
+        return total[0] / n, total[1] / n
 
     def normalize_loss(self, loss: Scalar) -> Scalar:
         """Clip the loss to $[0, \\text{max\\_loss}]$; NaN and $+\\infty$ map to the bound.
