@@ -34,6 +34,7 @@ from .optimizers._base import AbstractLearnedOptimizer
 from .optimizers._celo2 import Celo2
 from .optimizers._small_fc import SmallFC
 from .tasks import AbstractTask, get_task, ParameterScaleAugmentation
+from .tasks._fingerprint import task_label
 
 
 OPTIMIZERS: dict[str, Callable[..., AbstractLearnedOptimizer]] = {
@@ -211,23 +212,40 @@ def build_divergence_rule(config: MetaConfig, task: AbstractTask) -> AbstractDiv
     return LossBoundRule(bound=config.divergence_factor * loss, patience=config.divergence_patience)
 
 
+def config_with_tasks(config: MetaConfig, tasks: Sequence[AbstractTask]) -> MetaConfig:
+    """`config` with `tasks` recording the task objects, one `name@fingerprint` each (see
+    [`elo.tasks.task_label`][]), so that a checkpoint written with them is loaded only with the
+    same tasks."""
+    tasks = list(tasks)
+    if not tasks:
+        raise ValueError("`tasks` is empty; give at least one task, or None for config.tasks.")
+    for task in tasks:
+        if not isinstance(task, AbstractTask):
+            raise TypeError(
+                f"`tasks` must hold elo.tasks.AbstractTask objects, got {type(task).__name__}."
+            )
+    labels = tuple(task_label(task) for task in tasks)
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ValueError(
+            f"`tasks` holds the same task more than once ({', '.join(repeated)}); each task is a "
+            "group of particles, so give distinct tasks (or raise num_particles)."
+        )
+    return config.replace(tasks=labels)
+
+
 def build_problems(
     config: MetaConfig,
     lo: AbstractLearnedOptimizer,
     tasks: Sequence[AbstractTask] | None = None,
 ) -> tuple[InnerProblem, ...]:
     """One [`InnerProblem`][elo.internal.InnerProblem] per task of `config.tasks` (or of
-    `tasks`)."""
+    `tasks`, which `config.tasks` then records; see `config_with_tasks`)."""
     if tasks is None:
         tasks = [
             get_task(name, data_dir=config.data_dir, batch_size=config.batch_size)
             for name in config.tasks
         ]
-    elif len(tasks) != len(config.tasks):
-        raise ValueError(
-            f"`tasks` has {len(tasks)} task(s) but config.tasks names {len(config.tasks)}; give "
-            "one task per name (the names then only label the task groups)."
-        )
     _, lo_static = eqx.partition(lo, eqx.is_inexact_array)
     horizon = build_horizon(config)
     expert = build_expert(config, lo)

@@ -15,11 +15,10 @@ from jaxtyping import Array, Float, Int, Key
 
 from ._checks import is_int_at_least, seed_tuple
 from ._custom_types import Params, Scalar
-from ._training_run import training_run
+from ._training_run import split_metrics, training_run
 from .optimizers._base import AbstractLearnedOptimizer
 from .optimizers._optax import as_optax
 from .tasks import AbstractTask, get_task
-from .tasks._image_classifier import AbstractImageClassifier
 
 
 EVALUATION_FORMAT = "elo-evaluation"
@@ -294,16 +293,8 @@ class _Given(eqx.Module):
 
 
 def _measure(task: AbstractTask, params: Params) -> Float[Array, " 6"]:
-    if isinstance(task, AbstractImageClassifier):
-        train = task.evaluate(params, "train")
-        validation = task.evaluate(params, "validation")
-        test = task.evaluate(params, "test")
-        return jnp.stack([*train, *validation, *test]).astype(jnp.float32)
-    # Tasks without whole-split evaluation: fixed-key minibatch losses, no accuracy.
-    key = jr.key(0)
-    nan = jnp.full((), jnp.nan, jnp.float32)
-    held_out = task.eval_loss(params, key)
-    return jnp.stack([task.loss(params, key), nan, held_out, nan, held_out, nan])
+    measured = [split_metrics(task, params, s) for s in ("train", "validation", "test")]
+    return jnp.stack([x for pair in measured for x in pair])
 
 
 @eqx.filter_jit

@@ -21,11 +21,10 @@ from jaxtyping import Array, Float
 
 from ._checks import is_int_at_least, seed_tuple
 from ._custom_types import Params
-from ._training_run import training_run
+from ._training_run import split_metrics, training_run
 from .optimizers._base import AbstractLearnedOptimizer
 from .optimizers._optax import as_optax
 from .tasks import AbstractTask, get_task, ScaledTask
-from .tasks._image_classifier import AbstractImageClassifier
 
 
 DEFAULT_VALIDATION_TASK = "mlp-w32-d1_mnist-8x8x1"
@@ -71,11 +70,7 @@ class Validation(eqx.Module):
 
 
 def _final_loss(task: AbstractTask, params: Params) -> Float[Array, ""]:
-    if isinstance(task, AbstractImageClassifier):
-        return task.evaluate(params, "validation")[0]
-    # Tasks without whole-split evaluation: the mean held-out minibatch loss over fixed keys.
-    keys = jr.split(jr.key(0), 8)
-    return jnp.mean(jax.vmap(lambda k: task.eval_loss(params, k))(keys))
+    return split_metrics(task, params, "validation", draws=8)[0]
 
 
 @eqx.filter_jit

@@ -10,7 +10,12 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int
 
-from ._build import build_learned_optimizer, build_meta_optimizer, build_problems
+from ._build import (
+    build_learned_optimizer,
+    build_meta_optimizer,
+    build_problems,
+    config_with_tasks,
+)
 from ._checks import check_key
 from ._config import MetaConfig
 from ._custom_types import PRNGKeyArray, PyTree
@@ -138,12 +143,16 @@ def init(
     - `config`: the run's configuration.
     - `key`: a JAX PRNG key; it decides the learned optimizer's initial weights and every
       particle's first inner problem.
-    - `tasks`: optional custom inner problems, one per entry of `config.tasks` (which then only
-      names the groups). By default the tasks are built from their names.
+    - `tasks`: optional inner problems given as objects (e.g. [`elo.tasks.ModelTask`][]s or
+      built-in tasks from [`elo.tasks.get_task`][]), one task group each. They replace
+      `config.tasks`, which the state's config then records as `name@fingerprint` per task
+      ([`elo.tasks.task_label`][]): [`elo.load`][] accepts a checkpoint only for a state built
+      with tasks of the same names and fingerprints. By default the tasks are built from the
+      names in `config.tasks`.
 
     **Returns:**
 
-    The initial [`elo.MetaState`][].
+    The initial [`elo.MetaState`][] (with the config that records the tasks).
 
     !!! example
         ```python
@@ -153,6 +162,8 @@ def init(
     if not isinstance(config, MetaConfig):
         raise TypeError(f"`config` must be an elo.MetaConfig, got {type(config).__name__}.")
     check_key(key, "elo.init")
+    if tasks is not None:
+        config = config_with_tasks(config, tasks)
     lo_key, particles_key = jr.split(key)
     lo = build_learned_optimizer(config, key=lo_key)
     theta, _ = eqx.partition(lo, eqx.is_inexact_array)

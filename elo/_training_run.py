@@ -8,8 +8,33 @@ import jax.random as jr
 import optax
 from jaxtyping import Array, Float
 
-from ._custom_types import Params, PRNGKeyArray, PyTree
-from .tasks import AbstractTask
+from ._custom_types import Params, PRNGKeyArray, PyTree, Scalar
+from .tasks import AbstractTask, ModelTask, TextTransformerTask
+from .tasks._image_classifier import AbstractImageClassifier
+
+
+# The tasks that hold whole data splits and measure a split as `evaluate(params, split) ->
+# (loss, accuracy)`; the others are measured on minibatches drawn with fixed keys.
+_WHOLE_SPLIT_TASKS = (AbstractImageClassifier, ModelTask, TextTransformerTask)
+
+
+def split_metrics(
+    task: AbstractTask, params: Params, split: str, *, draws: int = 1
+) -> tuple[Scalar, Scalar]:
+    """Loss and accuracy of `params` on a split of `task`.
+
+    Over the whole split for tasks that hold their data (image classifiers, language models,
+    `ModelTask`; accuracy is NaN where the task has none); otherwise the mean loss of `draws`
+    minibatches drawn with fixed keys (the train split: `task.loss`; the others:
+    `task.eval_loss`) and a NaN accuracy.
+    """
+    if isinstance(task, _WHOLE_SPLIT_TASKS):
+        loss, accuracy = task.evaluate(params, split)  # pyright: ignore[reportArgumentType]
+        return jnp.asarray(loss, jnp.float32), jnp.asarray(accuracy, jnp.float32)
+    keys = jr.split(jr.key(0), draws) if draws > 1 else jr.key(0)[None]
+    draw = task.loss if split == "train" else task.eval_loss
+    loss = jnp.mean(jax.vmap(lambda k: draw(params, k))(keys))
+    return loss.astype(jnp.float32), jnp.full((), jnp.nan, jnp.float32)
 
 
 MAX_DRAWN_STEPS = 256

@@ -181,10 +181,11 @@ def test_diverging_inner_problems_are_reset_counted_and_harmless():
     assert np.all(finite | pending)
 
 
-def test_custom_tasks_must_match_names():
+def test_custom_tasks_replace_the_config_names():
     config = elo.presets.pes_small_fc(tasks=("a", "b"), num_particles=4)
-    with pytest.raises(ValueError, match="one task per name"):
-        elo.init(config, key=jr.key(0), tasks=[DivergingTask()])
+    state = elo.init(config, key=jr.key(0), tasks=[DivergingTask()])
+    assert state.config.tasks == (elo.tasks.task_label(DivergingTask()),)
+    assert state.config.tasks[0].startswith("DivergingTask@")
 
 
 def test_cl_small_fc_alternates_cloning_and_learned_unrolls():

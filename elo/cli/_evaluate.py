@@ -26,6 +26,7 @@ from .._pretrained import available_pretrained, PRETRAINED_SCHEME
 from .._tuning import compare, Comparison, COMPARISON_FORMAT, TUNED_BASELINES
 from ..tasks import list_tasks
 from ._common import check_writable, CLIError, load_pretrained as _pretrained
+from ._task_factory import is_factory, load_factory_tasks, TASK_HELP
 
 
 DESCRIPTION = """\
@@ -57,6 +58,7 @@ examples:
       --lr-min 1e-4 --lr-max 1e-1 --lr-num 7 --out evals/adamw.json
   elo evaluate runs/elo --task mlp-w128-d3_fashionmnist-8x8x1 --steps 2000 \\
       --baselines adamw,muon,sgd --sweep 7 --seeds 3
+  elo evaluate runs/mine --task mytasks:make_task --steps 1000 --seeds 3
 """
 
 
@@ -98,7 +100,11 @@ def add_parser(subparsers: Any) -> None:
         "adamw/adam/sgd/muon",
     )
     parser.add_argument(
-        "--task", required=True, metavar="NAME", help="the task to train (names: see above)"
+        "--task",
+        required=True,
+        metavar="TASK",
+        help=f"the task to train: {TASK_HELP} (names: see above; each task of a list is "
+        "evaluated in turn)",
     )
     parser.add_argument("--steps", required=True, type=int, metavar="N", help="training steps")
     parser.add_argument("--seeds", type=int, default=1, metavar="K", help="seeds 0..K-1 (1)")
@@ -220,6 +226,16 @@ def _finite(x: float) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if isinstance(args.task, str) and is_factory(args.task):
+        tasks = load_factory_tasks(args.task)
+        if len(tasks) > 1 and args.out:
+            raise CLIError(
+                f"--out names one file, but --task {args.task} gives {len(tasks)} tasks; leave "
+                "--out out to write one file per task."
+            )
+        for task in tasks:
+            run(argparse.Namespace(**{**vars(args), "task": task}))
+        return 0
     if args.steps < 1:
         raise CLIError(f"--steps must be a positive integer, got {args.steps}.")
     if args.seeds < 1:
@@ -235,7 +251,8 @@ def run(args: argparse.Namespace) -> int:
     if args.lr_sweep and args.lr is not None:
         raise CLIError("give either --lr or --lr-sweep, not both.")
     # Checked before training: a result that could not be written would be lost.
-    out = Path(args.out) if args.out else _default_out(label, run_dir, args.task, args.steps)
+    task_label = args.task if isinstance(args.task, str) else args.task.name
+    out = Path(args.out) if args.out else _default_out(label, run_dir, task_label, args.steps)
     check_writable(out, "--out")
     common = dict(
         num_steps=args.steps,
@@ -359,7 +376,8 @@ def _run_comparison(args: argparse.Namespace, optimizer: Any, label: str, run_di
     if args.out:
         out = Path(args.out)
     else:
-        out = _default_out(label, run_dir, f"{args.task}-tuned", args.steps)
+        task_label = args.task if isinstance(args.task, str) else args.task.name
+        out = _default_out(label, run_dir, f"{task_label}-tuned", args.steps)
     check_writable(out, "--out")
     result = compare(
         optimizers,

@@ -16,7 +16,7 @@ import jax
 import jax.random as jr
 
 from .. import distributed, presets
-from .._build import build_meta_optimizer
+from .._build import build_meta_optimizer, config_with_tasks
 from .._checkpoint import load, save
 from .._config import MetaConfig
 from .._cpu import available_cores, use_cpu_cores
@@ -26,9 +26,11 @@ from .._mesh import particle_mesh, place
 from .._meta_step import meta_step
 from .._run_dir import BEST_OPTIMIZER, CONFIG_FILE, METRICS_FILE, RUN_CHECKPOINT
 from .._state import init, MetaState
+from ..tasks import AbstractTask
 from ._common import CLIError, parse_overrides
 from ._metrics_file import clean_record, read_validation, repair_metrics
 from ._run_dir_guard import check_run_dir, locked, replace_earlier_start
+from ._task_factory import resolve_tasks, TASK_HELP
 from ._validator import validation_settings, Validator
 
 
@@ -57,6 +59,11 @@ examples:
   elo meta-train --preset elo_small_fc_cpu --steps 400 --init-from runs/elo --out runs/elo-2
   elo meta-train --preset elo_small_fc_cpu --set num_particles=8 \\
       --set tasks=mlp-w32-d1_mnist-8x8x1,mlp-w32-d1_cifar10-8x8x3
+  elo meta-train --preset elo_small_fc_cpu --task mytasks:make_task \\
+      --task mlp-w32-d1_mnist-8x8x1 --out runs/mine
+
+--task (repeatable) gives the tasks as objects: config.json then records each as
+name@fingerprint (its shapes), and the run resumes only with tasks of the same fingerprints.
 """
 
 
@@ -101,6 +108,13 @@ def add_parser(subparsers: Any) -> None:
         "comma-separated; optional fields take 'none')",
     )
     parser.add_argument(
+        "--task",
+        action="append",
+        default=[],
+        metavar="TASK",
+        help=f"a meta-training task, instead of the preset's tasks (repeatable): {TASK_HELP}",
+    )
+    parser.add_argument(
         "--checkpoint-every",
         type=int,
         default=50,
@@ -132,9 +146,10 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--validate-task",
-        metavar="NAME[,NAME...]",
-        help="the validation task (default: the first meta-training task; its validation split "
-        "is scored); with several, comma-separated, the score is the mean of theirs",
+        metavar="TASK[,TASK...]",
+        help="the validation task, a name or package.module:factory (default: the first "
+        "meta-training task; its validation split is scored); with several, comma-separated, "
+        "the score is the mean of theirs",
     )
     parser.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
     parser.add_argument(
@@ -261,7 +276,16 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("elo").setLevel(logging.INFO)
         distributed.initialize()
     config = build_config(args.preset, args.steps, args.set)
-    validation = validation_settings(args, config)
+    tasks = None
+    if args.task:
+        if any(item.partition("=")[0].strip() == "tasks" for item in args.set):
+            raise CLIError("give the tasks either with --task or with --set tasks=..., not both.")
+        tasks = resolve_tasks(args.task, batch_size=config.batch_size, data_dir=config.data_dir)
+        try:
+            config = config_with_tasks(config, tasks)
+        except (TypeError, ValueError) as e:
+            raise CLIError(f"--task: {e}") from None
+    validation = validation_settings(args, config, tasks)
     if args.checkpoint_every < 1:
         raise CLIError(
             f"--checkpoint-every must be a positive integer, got {args.checkpoint_every}."
@@ -275,11 +299,13 @@ def run(args: argparse.Namespace) -> int:
     }
     if init_from is not None:
         record["init_from"] = str(init_from)
+    if tasks is not None:
+        record["task"] = list(args.task)
     if out.exists() and not out.is_dir():
         raise CLIError(f"--out {out} exists and is not a directory.")
     writer = jax.process_index() == 0
     with locked(out) if writer else contextlib.nullcontext():
-        return _run(args, out, record, config, validation, init_from)
+        return _run(args, out, record, config, validation, init_from, tasks)
 
 
 def _run(
@@ -289,6 +315,7 @@ def _run(
     config: MetaConfig,
     validation: tuple | None,
     init_from: Path | None,
+    tasks: list[AbstractTask] | None = None,
 ) -> int:
     kind, earlier = check_run_dir(out, record, config)
     writer = jax.process_index() == 0
@@ -300,7 +327,7 @@ def _run(
 
     key = jr.key(args.seed)
     init_key, run_key = jr.split(key)
-    state = init(config, key=init_key)
+    state = init(config, key=init_key, tasks=tasks)
     if checkpoint.is_file():
         state = load(checkpoint, like=state)
     elif init_from is not None:

@@ -12,12 +12,15 @@ from .._export import save_optimizer
 from .._meta_validation import validate
 from .._run_dir import BEST_OPTIMIZER, METRICS_FILE
 from .._state import MetaState
-from ..tasks import get_task
+from ..tasks import AbstractTask, get_task
 from ._common import CLIError
 from ._metrics_file import read_validation
+from ._task_factory import is_factory, load_factory_tasks
 
 
-def validation_settings(args: argparse.Namespace, config: MetaConfig) -> tuple | None:
+def validation_settings(
+    args: argparse.Namespace, config: MetaConfig, tasks: list[AbstractTask] | None = None
+) -> tuple | None:
     if args.validate_every < 0:
         raise CLIError(f"--validate-every must be 0 or positive, got {args.validate_every}.")
     if args.validate_every == 0:
@@ -29,18 +32,26 @@ def validation_settings(args: argparse.Namespace, config: MetaConfig) -> tuple |
             "--validate-every does not combine with --distributed; validate the run's "
             "checkpoints afterwards with elo.validate."
         )
-    names = [t for t in (args.validate_task or config.tasks[0]).split(",") if t]
-    if not names or len(set(names)) != len(names):
+    specs = [t for t in (args.validate_task or "").split(",") if t]
+    if args.validate_task is not None and (not specs or len(set(specs)) != len(specs)):
         raise CLIError(
-            f"--validate-task takes task names separated by commas, each once; got "
+            f"--validate-task takes tasks separated by commas, each once; got "
             f"{args.validate_task!r}."
         )
-    for task in names:
+    if not specs:
+        if tasks is not None:
+            return args.validate_every, args.validate_steps, (tasks[0],)
+        specs = [config.tasks[0]]
+    chosen = []
+    for spec in specs:
+        if is_factory(spec):
+            chosen.append(load_factory_tasks(spec)[0])
+            continue
         try:
-            get_task(task, batch_size=config.batch_size, data_dir=config.data_dir)
+            chosen.append(get_task(spec, batch_size=config.batch_size, data_dir=config.data_dir))
         except (ValueError, FileNotFoundError) as e:
             raise CLIError(f"--validate-task: {e}") from None
-    return args.validate_every, args.validate_steps, tuple(names), config
+    return args.validate_every, args.validate_steps, tuple(chosen)
 
 
 class Validator:
@@ -52,13 +63,9 @@ class Validator:
     task's result under `"per_task"`; with one task the record is that task's result.
     """
 
-    def __init__(
-        self, out: Path, every: int, num_steps: int, tasks: tuple[str, ...], config: MetaConfig
-    ):
+    def __init__(self, out: Path, every: int, num_steps: int, tasks: tuple[AbstractTask, ...]):
         self.out, self.every, self.num_steps = out, every, num_steps
-        self.tasks = [
-            get_task(t, batch_size=config.batch_size, data_dir=config.data_dir) for t in tasks
-        ]
+        self.tasks = tasks
         scores = [r["validation"]["score"] for r in read_validation(out / METRICS_FILE)]
         self.best = min(scores) if scores else math.inf
 
