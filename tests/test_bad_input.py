@@ -79,7 +79,7 @@ def test_evaluate_help_names_pretrained_targets_and_the_tasks(capsys):
 @pytest.mark.parametrize("seed", [str(10**23), "-1", str(2**32)])
 def test_a_seed_out_of_range_is_one_line_and_creates_nothing(seed, tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["meta-train", *TINY, "--seed", seed, "--out", str(out)])
+    code = main(["meta-train", *TINY, "--steps", "1", "--seed", seed, "--out", str(out)])
     err = _one_error_line(capsys, code)
     assert f"--seed must be an integer from 0 to 4294967295, got {seed}" in err
     assert not out.exists()
@@ -87,7 +87,8 @@ def test_a_seed_out_of_range_is_one_line_and_creates_nothing(seed, tmp_path, cap
 
 def test_more_cpu_devices_than_cores_is_refused(tmp_path, capsys):
     cores = available_cores()
-    args = ["meta-train", *TINY, "--cpu-devices", str(cores + 1), "--out", str(tmp_path / "r")]
+    args = ["meta-train", *TINY, "--steps", "1", "--cpu-devices", str(cores + 1)]
+    args += ["--out", str(tmp_path / "r")]
     err = _one_error_line(capsys, main(args))
     assert f"--cpu-devices {cores + 1} is more than the {cores} CPU cores" in err
 
@@ -96,7 +97,8 @@ def test_more_cpu_devices_than_cores_is_refused_in_a_fresh_process(tmp_path):
     # Without the suite's XLA_FLAGS, which would refuse any other count for another reason.
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
     out = tmp_path / "r"
-    args = ["meta-train", "--preset", "pes_small_fc", "--cpu-devices", "99", "--out", str(out)]
+    args = ["meta-train", "--preset", "pes_small_fc", "--steps", "1", "--cpu-devices", "99"]
+    args += ["--out", str(out)]
     result = subprocess.run(
         [sys.executable, "-m", "elo.cli", *args],
         capture_output=True,
@@ -115,7 +117,8 @@ def test_a_truncation_longer_than_every_horizon_is_refused(tmp_path, capsys):
         elo.presets.pes_small_fc(truncation_length=101, min_horizon=10, max_horizon=100)
     elo.presets.pes_small_fc(truncation_length=100, min_horizon=10, max_horizon=100)
     out = tmp_path / "run"
-    code = main(["meta-train", *TINY, "--set", "truncation_length=11", "--out", str(out)])
+    args = ["--set", "truncation_length=11", "--steps", "1", "--out", str(out)]
+    code = main(["meta-train", *TINY, *args])
     err = _one_error_line(capsys, code)
     assert "at most max_horizon = 10" in err and "raise max_horizon" in err
     assert not out.exists()
