@@ -270,20 +270,6 @@ class ModelTask(AbstractTask):
         model = self.model if self.make_model is None else self.make_model(key)
         return eqx.filter(model, eqx.is_inexact_array)
 
-    def loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
-        """The loss on a train minibatch of `batch_size` drawn from `key`.
-
-        **Arguments:**
-
-        - `params`: as returned by `init`.
-        - `key`: selects the minibatch (indices uniform with replacement).
-
-        **Returns:**
-
-        A float32 scalar.
-        """
-        return self.batch_loss(params, self.sample_batch(key))
-
     def sample_batch(self, key: PRNGKeyArray) -> PyTree:
         """A train minibatch of `batch_size` examples drawn from `key`.
 

@@ -231,20 +231,6 @@ class TextTransformerTask(AbstractTask):
         """
         return _cross_entropy(self.model(params), batch)[0]
 
-    def loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
-        """Mean next-byte cross-entropy on a train minibatch drawn from `key`.
-
-        **Arguments:**
-
-        - `params`: as returned by `init`.
-        - `key`: selects the minibatch.
-
-        **Returns:**
-
-        A float32 scalar.
-        """
-        return self.batch_loss(params, self.sample_batch(key))
-
     def eval_loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
         """Mean next-byte cross-entropy on a minibatch of the `eval_split` split.
 

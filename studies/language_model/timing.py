@@ -6,10 +6,10 @@ steps with AdamW (constant learning rate, `--lr`) and with the optimizer shipped
 time of each `elo.evaluate` call (compilation included) and its losses. The losses of
 `elo.evaluate` on this task are those of one fixed minibatch of the train and test splits
 (2,112 bytes each) at every evaluation point. Writes JSON to
-`benchmarks/results/lm_shakespeare.json` (or `--out`), with the per-step minibatch losses
+`studies/language_model/results/timing.json` (or `--out`), with the per-step minibatch losses
 kept at every 100th step. Never asserts anything about speed.
 
-    python benchmarks/lm_shakespeare.py [--steps 10000] [--seeds 1] [--lr 1e-3] [--out PATH]
+    python -m studies.language_model.timing [--steps 10000] [--seeds 1] [--lr 1e-3] [--out PATH]
 """
 
 import argparse
@@ -19,9 +19,9 @@ import pathlib
 import time
 
 import jax
-from _provenance import cpu_model, git_commit
 
 import elo
+from studies.common import cpu_model, git_commit
 
 
 TASK = "transformer-w32-d2-h2_shakespeare-ctx32"
@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument(
-        "--out", default=str(pathlib.Path(__file__).parent / "results" / "lm_shakespeare.json")
+        "--out", default=str(pathlib.Path(__file__).parent / "results" / "timing.json")
     )
     args = parser.parse_args()
     task = elo.tasks.get_task(TASK)
