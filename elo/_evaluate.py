@@ -147,9 +147,13 @@ class Evaluation(eqx.Module):
         A bool.
         """
         curves = [self.minibatch_loss, self.train_loss, self.validation_loss, self.test_loss]
-        if not all(np.all(np.isfinite(c)) for c in curves):
+        # A curve that is NaN throughout was not measured (a file written before validation
+        # curves existed), which is not a divergence.
+        measured = [c for c in curves if not np.all(np.isnan(c))]
+        if not all(np.all(np.isfinite(c)) for c in measured):
             return True
-        return bool(np.any(self.validation_loss[:, -1] > self.validation_loss[:, 0]))
+        held_out = self.validation_loss if len(measured) == len(curves) else self.test_loss
+        return bool(np.any(held_out[:, -1] > held_out[:, 0]))
 
     def best(self, metric: str) -> tuple[float, float]:
         """Mean and standard deviation over seeds of a metric's best value over the evaluation

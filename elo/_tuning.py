@@ -98,8 +98,9 @@ SWEEP_RANGES: dict[str, tuple[float, float]] = {
     "sgd": (1e-3, 1.0),
     "learned": (0.1, 10.0),
 }
-"""The default sweep of each tuned baseline's peak learning rate, and of a learned optimizer's
-`learning_rate` multiplier (`"learned"`): three decades, log-spaced (see [`elo.log_grid`][])."""
+"""The default sweep of each tuned baseline's peak learning rate (three decades), and of a
+learned optimizer's `learning_rate` multiplier (`"learned"`, two decades around its default 1),
+log-spaced (see [`elo.log_grid`][])."""
 
 REFERENCE = "adamw"
 COMPARISON_FORMAT = "elo-comparison"

@@ -316,3 +316,19 @@ def test_setup_sh_usage_cites_sections_that_exist():
             if line.startswith("#")
         ]
         assert section in headings, (section, page)
+
+
+def test_evaluate_lr_sweep_selected_on_validation_writes_its_result(tmp_path):
+    out = tmp_path / "sweep.json"
+    argv = ["evaluate", "adamw", "--task", "quadratic-d4", "--steps", "4", "--lr-sweep"]
+    argv += ["--lr-num", "2", "--select", "validation_loss", "--out", str(out)]
+    assert main(argv) == 0
+    document = json.loads(out.read_text())
+    assert document["select"] == "validation_loss" and len(document["sweep"]) == 2
+
+
+def test_validate_task_without_validate_every_is_refused(tmp_path, capsys):
+    argv = ["meta-train", "--preset", "pes_small_fc_cpu", "--steps", "1", "--out", str(tmp_path)]
+    argv += ["--validate-task", "quadratic-d4"]
+    assert main(argv) == 2
+    assert "--validate-task applies with --validate-every" in capsys.readouterr().err

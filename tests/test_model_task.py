@@ -228,3 +228,12 @@ def test_splits_laid_out_differently_are_refused():
 def test_bad_settings_are_refused(kwargs, match):
     with without_runtime_type_checks(), pytest.raises(ValueError, match=match):
         make_task(**kwargs)
+
+
+def test_fingerprint_ignores_a_loss_bound_measured_on_the_data():
+    """The default `max_loss` is measured on the data's values; the fingerprint covers shapes,
+    so data of the same shapes (other values) still resumes the run."""
+    one = make_task(max_loss=None)
+    other = make_task(max_loss=None, data=regression_data(seed=1))
+    assert one.max_loss != other.max_loss
+    assert elo.tasks.task_label(one) == elo.tasks.task_label(other)

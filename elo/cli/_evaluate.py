@@ -166,10 +166,11 @@ def _default_out(label: str, run_dir: Path | None, task: str, steps: int) -> Pat
     return Path("evaluations") / f"{_slug(Path(label).name)}_{_slug(task)}-{steps}.json"
 
 
-def _fmt(pair: tuple[float, float], digits: int = 4) -> str:
+def _fmt(pair: tuple[float, float], digits: int = 4, *, missing: str = "diverged") -> str:
+    """`mean ± std`; a NaN mean is `missing` (a diverged loss, or an accuracy the task lacks)."""
     mean, std = pair
     if mean != mean:  # NaN
-        return "diverged"
+        return missing
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
@@ -188,8 +189,8 @@ def _row(result: Evaluation, mark: str = "") -> list[str]:
         lr,
         _fmt(result.final("train_loss")),
         _fmt(result.final("test_loss")),
-        _fmt(result.final("test_accuracy")),
-        _fmt(result.best("test_accuracy")),
+        _fmt(result.final("test_accuracy"), missing="–"),
+        _fmt(result.best("test_accuracy"), missing="–"),
     ]
 
 
@@ -208,7 +209,7 @@ def evaluation_document(
     document["sweep"] = None
     document["select"] = select
     if sweep is not None:
-        assert select in ("train_loss", "test_loss")
+        assert select in ("train_loss", "validation_loss", "test_loss")
         document["sweep"] = [
             {
                 "learning_rate": r.learning_rate,
@@ -232,6 +233,12 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(
                 f"--out names one file, but --task {args.task} gives {len(tasks)} tasks; leave "
                 "--out out to write one file per task."
+            )
+        names = [task.name for task in tasks]
+        if len(set(names)) != len(names):
+            raise CLIError(
+                f"--task {args.task} gives tasks with the same name ({', '.join(names)}), whose "
+                "results would overwrite each other; give each task its own name= ."
             )
         for task in tasks:
             run(argparse.Namespace(**{**vars(args), "task": task}))
@@ -334,7 +341,7 @@ def _comparison_rows(result: Comparison) -> list[list[str]]:
                 _fmt(tuned.best.final("validation_loss")),
                 _fmt(tuned.best.final("test_loss")),
                 _fmt(tuned.best.best("test_loss")),
-                _fmt(tuned.best.final("test_accuracy")),
+                _fmt(tuned.best.final("test_accuracy"), missing="–"),
                 f"{diverged}/{len(tuned.values)}",
                 "never" if steps is None else str(steps),
             ]

@@ -24,6 +24,8 @@ def validation_settings(
     if args.validate_every < 0:
         raise CLIError(f"--validate-every must be 0 or positive, got {args.validate_every}.")
     if args.validate_every == 0:
+        if args.validate_task is not None:
+            raise CLIError("--validate-task applies with --validate-every K; add it.")
         return None
     if args.validate_steps < 1:
         raise CLIError(f"--validate-steps must be a positive integer, got {args.validate_steps}.")
@@ -45,7 +47,7 @@ def validation_settings(
     chosen = []
     for spec in specs:
         if is_factory(spec):
-            chosen.append(load_factory_tasks(spec)[0])
+            chosen.extend(load_factory_tasks(spec))
             continue
         try:
             chosen.append(get_task(spec, batch_size=config.batch_size, data_dir=config.data_dir))

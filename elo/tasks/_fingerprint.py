@@ -29,10 +29,12 @@ def task_name(task: AbstractTask) -> str:
 def task_fingerprint(task: AbstractTask) -> str:
     """A short hash of what a checkpoint of a run on `task` depends on.
 
-    It covers the task's class and name, its static settings of plain types (sizes, batch
-    size, bounds), the path, shape and dtype of every parameter that `init` returns and of every
-    array the task holds (its data). It does not read the data's values: the same data loaded
-    again, or data of the same shapes, give the same fingerprint.
+    It covers the task's class and name, its static settings of plain non-float types (sizes,
+    batch size, choices), the path, shape and dtype of every parameter that `init` returns and of
+    every array the task holds (its data). It does not read the data's values, nor float
+    settings (a loss bound measured on the data would move with float rounding from one machine
+    to another): the same data loaded again, or data of the same shapes, give the same
+    fingerprint.
 
     **Arguments:**
 
@@ -46,7 +48,7 @@ def task_fingerprint(task: AbstractTask) -> str:
         f.name: getattr(task, f.name)
         for f in dataclasses.fields(task)
         if f.metadata.get("static", False)
-        and isinstance(getattr(task, f.name), bool | int | float | str | type(None))
+        and isinstance(getattr(task, f.name), bool | int | str | type(None))
     }
     record = {
         "class": type(task).__qualname__,
