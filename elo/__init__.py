@@ -29,12 +29,7 @@ from ._evaluate import (
     log_grid as log_grid,
     lr_sweep as lr_sweep,
 )
-from ._export import (
-    export_pylo as export_pylo,
-    load_optimizer as load_optimizer,
-    pylo_state_dict as pylo_state_dict,
-    save_optimizer as save_optimizer,
-)
+from ._export import load_optimizer as load_optimizer, save_optimizer as save_optimizer
 from ._fusion import (
     fused_step as fused_step,
     FusedStep as FusedStep,
@@ -48,6 +43,10 @@ from ._horizon import (
 )
 from ._io import CheckpointError as CheckpointError
 from ._meta_step import meta_step as meta_step
+from ._meta_validation import (
+    validate as validate,
+    Validation as Validation,
+)
 from ._pes import (
     pes_combine as pes_combine,
     sample_perturbation as sample_perturbation,
@@ -56,15 +55,27 @@ from ._pretrained import (
     available_pretrained as available_pretrained,
     pretrained as pretrained,
 )
+from ._pylo import (
+    export_pylo as export_pylo,
+    import_pylo as import_pylo,
+    pylo_state_dict as pylo_state_dict,
+)
+from ._run_dir import read_metrics as read_metrics, read_validation as read_validation
 from ._schedules import (
     ramp as ramp,
     SupervisionSchedule as SupervisionSchedule,
     SupervisionWeights as SupervisionWeights,
 )
 from ._state import init as init, MetaState as MetaState, Metrics as Metrics
-from ._validation import (
-    validate as validate,
-    Validation as Validation,
+from ._tuning import (
+    compare as compare,
+    Comparison as Comparison,
+    steps_to_target as steps_to_target,
+    SWEEP_RANGES as SWEEP_RANGES,
+    tune as tune,
+    Tuned as Tuned,
+    TUNED_BASELINES as TUNED_BASELINES,
+    warmup_cosine as warmup_cosine,
 )
 from .optimizers._base import AbstractLearnedOptimizer as AbstractLearnedOptimizer
 from .optimizers._celo2 import Celo2 as Celo2

@@ -18,8 +18,10 @@ import optax
 
 from ._config import ExpertName, HorizonName, MetaConfig, OptimizerName, SupervisionName
 from ._custom_types import PRNGKeyArray
+from ._divergence import AbstractDivergenceRule, LossBoundRule, NoDivergenceRule
 from ._horizon import AbstractHorizon, CurriculumHorizon, LogUniformHorizon, UniformHorizon
 from ._inner_problem import InnerProblem, UnrollSettings
+from ._restarts import AbstractRestarts, BufferedRestarts, FreshRestarts
 from ._schedules import SupervisionSchedule
 from ._supervision import (
     AbstractSupervision,
@@ -32,6 +34,7 @@ from .optimizers._base import AbstractLearnedOptimizer
 from .optimizers._celo2 import Celo2
 from .optimizers._small_fc import SmallFC
 from .tasks import AbstractTask, get_task, ParameterScaleAugmentation
+from .tasks._fingerprint import task_label
 
 
 OPTIMIZERS: dict[str, Callable[..., AbstractLearnedOptimizer]] = {
@@ -183,16 +186,52 @@ def initial_loss(task: AbstractTask, *, num_inits: int = 8) -> float:
     return float(jnp.mean(losses))
 
 
-def _divergence_bound(config: MetaConfig, task: AbstractTask) -> float:
+def build_restarts(config: MetaConfig) -> AbstractRestarts:
+    """The restart policy: the resume buffer when `config.resume_probability` is positive,
+    else fresh restarts only."""
+    if config.resume_probability == 0.0:
+        return FreshRestarts()
+    return BufferedRestarts(
+        resume_probability=config.resume_probability,
+        num_slots=config.buffer_slots,
+        stores_xi=config.buffer_stores_xi,
+    )
+
+
+def build_divergence_rule(config: MetaConfig, task: AbstractTask) -> AbstractDivergenceRule:
+    """The divergence rule of a task group: none when `config.divergence_factor` is 0, else
+    a bound of `divergence_factor` times the task's [initial loss][elo.internal.initial_loss]."""
     if config.divergence_factor == 0.0:
-        return math.inf
+        return NoDivergenceRule()
     loss = initial_loss(task)
     if not (math.isfinite(loss) and loss > 0):
         raise ValueError(
             f"divergence_factor needs a finite, positive initial loss, but the task "
             f"{type(task).__name__} has {loss}; set divergence_factor = 0 for this task."
         )
-    return config.divergence_factor * loss
+    return LossBoundRule(bound=config.divergence_factor * loss, patience=config.divergence_patience)
+
+
+def config_with_tasks(config: MetaConfig, tasks: Sequence[AbstractTask]) -> MetaConfig:
+    """`config` with `tasks` recording the task objects, one `name@fingerprint` each (see
+    [`elo.tasks.task_label`][]), so that a checkpoint written with them is loaded only with the
+    same tasks."""
+    tasks = list(tasks)
+    if not tasks:
+        raise ValueError("`tasks` is empty; give at least one task, or None for config.tasks.")
+    for task in tasks:
+        if not isinstance(task, AbstractTask):
+            raise TypeError(
+                f"`tasks` must hold elo.tasks.AbstractTask objects, got {type(task).__name__}."
+            )
+    labels = tuple(task_label(task) for task in tasks)
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ValueError(
+            f"`tasks` holds the same task more than once ({', '.join(repeated)}); each task is a "
+            "group of particles, so give distinct tasks (or raise num_particles)."
+        )
+    return config.replace(tasks=labels)
 
 
 def build_problems(
@@ -201,21 +240,21 @@ def build_problems(
     tasks: Sequence[AbstractTask] | None = None,
 ) -> tuple[InnerProblem, ...]:
     """One [`InnerProblem`][elo.internal.InnerProblem] per task of `config.tasks` (or of
-    `tasks`)."""
+    `tasks`, which `config.tasks` then records; see `config_with_tasks`)."""
     if tasks is None:
         tasks = [
             get_task(name, data_dir=config.data_dir, batch_size=config.batch_size)
             for name in config.tasks
         ]
-    elif len(tasks) != len(config.tasks):
-        raise ValueError(
-            f"`tasks` has {len(tasks)} task(s) but config.tasks names {len(config.tasks)}; give "
-            "one task per name (the names then only label the task groups)."
-        )
     _, lo_static = eqx.partition(lo, eqx.is_inexact_array)
     horizon = build_horizon(config)
     expert = build_expert(config, lo)
     supervision = build_supervision(config)
+    restarts = build_restarts(config)
+    settings = UnrollSettings(
+        truncation_length=config.truncation_length,
+        initial_step_offset=config.initial_step_offset,
+    )
     augmentation = None
     if config.task_augmentation:
         augmentation = ParameterScaleAugmentation(config.min_param_scale, config.max_param_scale)
@@ -227,15 +266,9 @@ def build_problems(
             horizon=horizon,
             augmentation=augmentation,
             supervision=supervision,
-            settings=UnrollSettings(
-                truncation_length=config.truncation_length,
-                resume_probability=config.resume_probability,
-                buffer_slots=config.buffer_slots,
-                buffer_stores_xi=config.buffer_stores_xi,
-                initial_step_offset=config.initial_step_offset,
-                divergence_bound=_divergence_bound(config, task),
-                divergence_patience=config.divergence_patience,
-            ),
+            restarts=restarts,
+            divergence=build_divergence_rule(config, task),
+            settings=settings,
         )
         for task in tasks
     )

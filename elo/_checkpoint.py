@@ -9,19 +9,16 @@ and fsync'ed, then renamed over the target), so a process killed at any moment l
 old file or the new one, never a torn one.
 """
 
-import dataclasses
-import inspect
 import os
 from collections.abc import Mapping
 from typing import Any
 
 import equinox as eqx
 import jax
-import jax.random as jr
 import numpy as np
 
-from ._build import OPTIMIZERS
 from ._config import MetaConfig
+from ._export import optimizer_spec
 from ._io import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
@@ -33,62 +30,11 @@ from ._io import (
 )
 from ._mesh import particle_mesh, place
 from ._state import MetaState
-from .optimizers._base import AbstractLearnedOptimizer
 
 
 # Fields that may differ between a checkpoint and the run loading it: where the data live and
 # how many devices the particles are sharded over change neither shapes nor the algorithm.
 PORTABLE_FIELDS = ("data_dir", "num_devices")
-# Learned-optimizer classes by class name, as checkpoint headers record them.
-_OPTIMIZER_CLASSES: dict[str, Any] = {cls.__name__: cls for cls in OPTIMIZERS.values()}
-
-
-# ------------------------------------------------------------------------------------------------
-# Learned optimizers as (class name, hyperparameters) + array leaves.
-
-
-def optimizer_spec(lo: AbstractLearnedOptimizer) -> dict[str, Any]:
-    """The learned optimizer's class and constructor hyperparameters, JSON-serialisable."""
-    name = type(lo).__name__
-    if name not in _OPTIMIZER_CLASSES:
-        raise CheckpointError(
-            f"Cannot save a learned optimizer of type {name}; supported: "
-            f"{', '.join(_OPTIMIZER_CLASSES)}."
-        )
-    accepted = inspect.signature(type(lo).__init__).parameters
-    hyper: dict[str, Any] = {"hidden_size": int(lo.b0.shape[0])}  # pyright: ignore
-    for field in dataclasses.fields(lo):
-        if field.metadata.get("static", False) and field.name in accepted:
-            value = getattr(lo, field.name)
-            hyper[field.name] = list(value) if isinstance(value, tuple) else value
-    return {"class": name, "hyperparameters": hyper}
-
-
-def optimizer_from_spec(spec: Mapping[str, Any], *, what: str) -> AbstractLearnedOptimizer:
-    """A learned optimizer with the hyperparameters of `spec` (weights are placeholders)."""
-    name = spec.get("class") if isinstance(spec, Mapping) else None
-    if name not in _OPTIMIZER_CLASSES:
-        raise CheckpointError(
-            f"{what} holds a learned optimizer of unknown class {name!r}; known: "
-            f"{', '.join(_OPTIMIZER_CLASSES)}."
-        )
-    cls = _OPTIMIZER_CLASSES[name]
-    hyper = dict(spec.get("hyperparameters") or {})
-    accepted = inspect.signature(cls.__init__).parameters
-    unknown = sorted(k for k in hyper if k not in accepted)
-    if unknown:
-        raise CheckpointError(
-            f"{what} sets {name} hyperparameter(s) {unknown} that this elo does not know."
-        )
-    hyper = {k: tuple(v) if isinstance(v, list) else v for k, v in hyper.items()}
-    try:
-        return cls(key=jr.key(0), **hyper)
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{what} has invalid {name} hyperparameters: {e}") from None
-
-
-# ------------------------------------------------------------------------------------------------
-# MetaState checkpoints.
 
 
 def _host(tree: Any) -> Any:
@@ -233,17 +179,3 @@ def _two_sections(
     if len(sections) != 2:
         raise CheckpointError(f"Checkpoint {path} has {len(sections)} sections; expected 2.")
     return header, sections
-
-
-def load_checkpoint_optimizer(path: str | os.PathLike) -> AbstractLearnedOptimizer:
-    """The learned optimizer stored in a checkpoint, without building the run's tasks."""
-    framed = read_framed(
-        path,
-        expected_format=CHECKPOINT_FORMAT,
-        what="Checkpoint",
-        versions={CHECKPOINT_FORMAT: (1, CHECKPOINT_VERSION)},
-    )
-    header, (lo_bytes, _) = _two_sections(framed, path)
-    what = f"Checkpoint {path}"
-    like = optimizer_from_spec(header.get("optimizer") or {}, what=what)
-    return deserialise(lo_bytes, like, what=what)

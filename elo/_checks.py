@@ -3,6 +3,8 @@
 import math
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 from jax.core import Tracer
 
 
@@ -33,3 +35,18 @@ def concrete(value: Any) -> float | None:
     if isinstance(value, Tracer):
         return None
     return float(value)
+
+
+def check_key(key: Any, where: str) -> None:
+    """Raise a `TypeError` unless `key` is one JAX PRNG key: a typed key (`jax.random.key`) or a
+    legacy `uint32[2]` key (`jax.random.PRNGKey`)."""
+    dtype, shape = getattr(key, "dtype", None), getattr(key, "shape", None)
+    if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key) and shape == ():
+        return
+    if dtype == jnp.uint32 and shape == (2,):
+        return
+    got = repr(key) if dtype is None else f"an array of dtype {dtype} and shape {shape}"
+    raise TypeError(
+        f"{where}: `key` must be a JAX PRNG key, e.g. jax.random.key(0) (one key, not a batch); "
+        f"got {got}."
+    )

@@ -84,7 +84,7 @@ class MetaConfig(eqx.Module):
 
     - `num_particles`: perturbation directions per task group; each runs a $+$ and a $-$ inner
       problem. Must be divisible by the number of devices.
-    - `truncation_length`: inner steps $R$ per outer step.
+    - `truncation_length`: inner steps $R$ per outer step, at most `max_horizon`.
     - `sigma`: the perturbation scale $\\sigma$ (reference: 0.01).
     - `loss_reduction`: `"mean"` averages per-step losses over a truncation (reference code),
       `"sum"` sums them (paper).
@@ -237,6 +237,14 @@ class MetaConfig(eqx.Module):
         _check_choice("horizon", self.horizon, HorizonName)
         _check_int("min_horizon", self.min_horizon, 1)
         _check_int("max_horizon", self.max_horizon, self.min_horizon + 1)
+        if self.truncation_length > self.max_horizon:
+            _fail(
+                "truncation_length",
+                self.truncation_length,
+                f"at most max_horizon = {self.max_horizon} (a longer truncation would restart "
+                "every inner problem within every truncation); lower truncation_length or raise "
+                "max_horizon",
+            )
         _check_int("curriculum_increment", self.curriculum_increment, 0)
         _check_int("curriculum_unrolls_per_stage", self.curriculum_unrolls_per_stage, 1)
         _check_int("initial_step_offset", self.initial_step_offset, 1)

@@ -11,18 +11,25 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import optax
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Float, Int, Key
 
 from ._checks import is_int_at_least, seed_tuple
 from ._custom_types import Params, Scalar
+from ._training_run import split_metrics, training_run
 from .optimizers._base import AbstractLearnedOptimizer
 from .optimizers._optax import as_optax
 from .tasks import AbstractTask, get_task
-from .tasks._image_classifier import AbstractImageClassifier
 
 
 EVALUATION_FORMAT = "elo-evaluation"
-METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
+METRICS = (
+    "train_loss",
+    "train_accuracy",
+    "validation_loss",
+    "validation_accuracy",
+    "test_loss",
+    "test_accuracy",
+)
 """The quantities measured at every evaluation point, over whole splits."""
 
 DEFAULT_LEARNING_RATES = {"adamw": 1e-3, "adam": 1e-3, "sgd": 1e-1, "muon": 2e-2}
@@ -80,6 +87,8 @@ class Evaluation(eqx.Module):
     Arrays are host (numpy) arrays with a leading seed axis. The per-step training loss is the
     minibatch loss before each update (what the optimizer saw); the other curves are measured
     over whole splits at the evaluation points `steps` (0, `eval_every`, ..., `num_steps`).
+    Tasks without whole splits (e.g. [`elo.tasks.QuadraticTask`][]) report losses on fixed
+    minibatches (the validation and test curves are both `eval_loss`) and no accuracy (NaN).
 
     **Attributes:**
 
@@ -93,8 +102,10 @@ class Evaluation(eqx.Module):
       learned optimizer).
     - `steps`: `Int[np.ndarray, "evals"]`, the evaluation points.
     - `minibatch_loss`: `Float[np.ndarray, "seeds num_steps"]`.
-    - `train_loss`, `train_accuracy`, `test_loss`, `test_accuracy`:
-      `Float[np.ndarray, "seeds evals"]`, over the whole train and test splits.
+    - `train_loss`, `train_accuracy`, `validation_loss`, `validation_accuracy`, `test_loss`,
+      `test_accuracy`: `Float[np.ndarray, "seeds evals"]`, over the whole train, validation
+      and test splits. Tuning looks at the validation split only (see [`elo.tune`][]); an
+      evaluation file written before the validation curves existed reads them as NaN.
     """
 
     name: str
@@ -107,6 +118,8 @@ class Evaluation(eqx.Module):
     minibatch_loss: Float[np.ndarray, "seeds num_steps"]
     train_loss: Float[np.ndarray, "seeds evals"]
     train_accuracy: Float[np.ndarray, "seeds evals"]
+    validation_loss: Float[np.ndarray, "seeds evals"]
+    validation_accuracy: Float[np.ndarray, "seeds evals"]
     test_loss: Float[np.ndarray, "seeds evals"]
     test_accuracy: Float[np.ndarray, "seeds evals"]
 
@@ -115,13 +128,32 @@ class Evaluation(eqx.Module):
 
         **Arguments:**
 
-        - `metric`: one of `train_loss`, `train_accuracy`, `test_loss`, `test_accuracy`.
+        - `metric`: one of `train_loss`, `train_accuracy`, `validation_loss`,
+          `validation_accuracy`, `test_loss`, `test_accuracy`.
 
         **Returns:**
 
         `(mean, std)` (the population standard deviation; 0 for one seed).
         """
         return _mean_std(self._curve(metric)[:, -1])
+
+    def diverged(self) -> bool:
+        """Whether the run diverged for some seed: a minibatch or measured loss became
+        non-finite, or the final validation loss is above the initial one (training made the
+        model worse).
+
+        **Returns:**
+
+        A bool.
+        """
+        curves = [self.minibatch_loss, self.train_loss, self.validation_loss, self.test_loss]
+        # A curve that is NaN throughout was not measured (a file written before validation
+        # curves existed), which is not a divergence.
+        measured = [c for c in curves if not np.all(np.isnan(c))]
+        if not all(np.all(np.isfinite(c)) for c in measured):
+            return True
+        held_out = self.validation_loss if len(measured) == len(curves) else self.test_loss
+        return bool(np.any(held_out[:, -1] > held_out[:, 0]))
 
     def best(self, metric: str) -> tuple[float, float]:
         """Mean and standard deviation over seeds of a metric's best value over the evaluation
@@ -130,7 +162,8 @@ class Evaluation(eqx.Module):
 
         **Arguments:**
 
-        - `metric`: one of `train_loss`, `train_accuracy`, `test_loss`, `test_accuracy`.
+        - `metric`: one of `train_loss`, `train_accuracy`, `validation_loss`,
+          `validation_accuracy`, `test_loss`, `test_accuracy`.
 
         **Returns:**
 
@@ -154,9 +187,12 @@ class Evaluation(eqx.Module):
         curves = {}
         for metric in ("minibatch_loss", *METRICS):
             values = getattr(self, metric)
+            # A diverged seed's infinities make NaN means, which `_jsonable` writes as None.
+            with np.errstate(invalid="ignore", over="ignore"):
+                mean, std = np.mean(values, axis=0), np.std(values, axis=0)
             curves[metric] = {
-                "mean": _jsonable(np.mean(values, axis=0)),
-                "std": _jsonable(np.std(values, axis=0)),
+                "mean": _jsonable(mean),
+                "std": _jsonable(std),
                 "per_seed": _jsonable(values),
             }
         return {
@@ -170,6 +206,7 @@ class Evaluation(eqx.Module):
             "curves": curves,
             "final": {m: _pair(self.final(m)) for m in METRICS},
             "best": {m: _pair(self.best(m)) for m in METRICS},
+            "diverged": self.diverged(),
         }
 
     @classmethod
@@ -187,6 +224,8 @@ class Evaluation(eqx.Module):
         curves = data["curves"]
 
         def array(metric: str) -> np.ndarray:
+            if metric not in curves:
+                return np.full_like(array("test_loss"), np.nan)
             per_seed = curves[metric]["per_seed"]
             return np.asarray(
                 [[np.nan if v is None else v for v in row] for row in per_seed], np.float32
@@ -203,6 +242,8 @@ class Evaluation(eqx.Module):
             minibatch_loss=array("minibatch_loss"),
             train_loss=array("train_loss"),
             train_accuracy=array("train_accuracy"),
+            validation_loss=array("validation_loss"),
+            validation_accuracy=array("validation_accuracy"),
             test_loss=array("test_loss"),
             test_accuracy=array("test_accuracy"),
         )
@@ -232,70 +273,62 @@ def _jsonable(values: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------
-# The training program: one jitted function, nested `lax.scan`s, vmapped over seeds (and
-# learning rates).
+# Every run is `training_run`, vmapped over seeds (and a swept hyperparameter) and compiled once.
 
 
-def _learned(lo: AbstractLearnedOptimizer, num_steps: int) -> optax.GradientTransformation:
-    return as_optax(lo, num_steps=num_steps)
+class _Learned(eqx.Module):
+    lo: AbstractLearnedOptimizer
+    num_steps: int = eqx.field(static=True)
+
+    def __call__(self, multiplier: Scalar | None) -> optax.GradientTransformation:
+        opt = as_optax(self.lo, num_steps=self.num_steps)
+        if multiplier is None:
+            return opt
+        # What `as_optax(..., learning_rate=m)` does, with a traced `m`.
+        return optax.chain(opt, optax.scale(multiplier))
 
 
-def _given(opt: optax.GradientTransformation) -> optax.GradientTransformation:
-    return opt
+class _Given(eqx.Module):
+    opt: optax.GradientTransformation
+
+    def __call__(self, value: None) -> optax.GradientTransformation:
+        del value
+        return self.opt
 
 
-def _measure(task: AbstractTask, params: Params) -> Float[Array, " 4"]:
-    if isinstance(task, AbstractImageClassifier):
-        train = task.evaluate(params, "train")
-        test = task.evaluate(params, "test")
-        return jnp.stack([train[0], train[1], test[0], test[1]]).astype(jnp.float32)
-    # Tasks without whole-split evaluation: fixed-key minibatch losses, no accuracy.
-    key = jr.key(0)
-    nan = jnp.full((), jnp.nan, jnp.float32)
-    return jnp.stack([task.loss(params, key), nan, task.eval_loss(params, key), nan])
+def _measure(task: AbstractTask, params: Params) -> Float[Array, " 6"]:
+    measured = [split_metrics(task, params, s) for s in ("train", "validation", "test")]
+    return jnp.stack([x for pair in measured for x in pair])
 
 
 @eqx.filter_jit
-def _train(task, make, argument, keys, num_steps: int, eval_every: int, sweep: bool):
-    def run(arg, key):
-        init_key, data_key = jr.split(key)
-        params = task.init(init_key)
-        opt = make(arg, num_steps) if make is _learned else make(arg)
-        carry = (params, opt.init(params))
+def _train(
+    task: AbstractTask,
+    make: Callable[[Any], optax.GradientTransformation],
+    value: Any,
+    keys: Key[Array, " seeds"],
+    num_steps: int,
+    eval_every: int,
+    sweep: bool,
+):
+    """`make(value)` builds the optimizer; with `sweep`, `value` is an array and there is one
+    run per element (vmapped)."""
 
-        def step(carry, batch):
-            params, opt_state = carry
-            loss, grads = jax.value_and_grad(task.batch_loss)(params, batch)
-            updates, opt_state = opt.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), loss
+    def over_seeds(value):
+        def run(key):
+            return training_run(
+                task,
+                make(value),
+                key,
+                num_steps=num_steps,
+                eval_every=eval_every,
+                measure=lambda params: _measure(task, params),
+            )
 
-        def steps(carry, ks):
-            # A chunk's minibatches are drawn before its loop (see `AbstractTask.batch_loss`).
-            return jax.lax.scan(step, carry, jax.vmap(task.sample_batch)(ks))
+        return jax.vmap(run)(keys)
 
-        def chunk(carry, ks):
-            carry, losses = steps(carry, ks)
-            return carry, (losses, _measure(task, carry[0]))
-
-        step_keys = jr.split(data_key, num_steps)
-        num_chunks, rest = divmod(num_steps, eval_every)
-        first = _measure(task, params)
-        chunk_keys = step_keys[: num_chunks * eval_every].reshape(num_chunks, eval_every)
-        carry, (losses, measured) = jax.lax.scan(chunk, carry, chunk_keys)
-        losses = losses.reshape(-1)
-        measured = jnp.concatenate([first[None], measured])
-        if rest:
-            carry, tail = steps(carry, step_keys[num_chunks * eval_every :])
-            losses = jnp.concatenate([losses, tail])
-            measured = jnp.concatenate([measured, _measure(task, carry[0])[None]])
-        return losses, measured
-
-    def over_seeds(arg):
-        return jax.vmap(lambda key: run(arg, key))(keys)
-
-    # The argument is closed over rather than passed through `vmap`: it may hold functions
-    # (an optax transformation).
-    return jax.vmap(over_seeds)(argument) if sweep else over_seeds(argument)
+    # The value is closed over rather than passed through `vmap` unless swept: it may be None.
+    return jax.vmap(over_seeds)(value) if sweep else over_seeds(value)
 
 
 def _eval_points(num_steps: int, eval_every: int) -> np.ndarray:
@@ -325,10 +358,6 @@ def _resolve_task(task: AbstractTask | str, batch_size: int, data_dir: Any) -> A
             f"`task` must be a task name or an AbstractTask, got {type(task).__name__}."
         )
     return task
-
-
-def _task_name(task: AbstractTask) -> str:
-    return task.name if isinstance(task, AbstractImageClassifier) else type(task).__name__
 
 
 def _seed_keys(seeds: tuple[int, ...]) -> Any:
@@ -390,24 +419,24 @@ def evaluate(
     if isinstance(optimizer, AbstractLearnedOptimizer):
         if learning_rate is not None:
             raise ValueError("learning_rate applies to hand-designed optimizers only.")
-        make, argument, label = _learned, optimizer, type(optimizer).__name__
+        make, value, label = _Learned(optimizer, num_steps), None, type(optimizer).__name__
     elif isinstance(optimizer, optax.GradientTransformation):
         if learning_rate is not None:
             raise ValueError("learning_rate applies to hand-designed optimizers given by name.")
-        make, argument, label = _given, optimizer, "optax"
+        make, value, label = _Given(optimizer), None, "optax"
     elif isinstance(optimizer, str) and optimizer in HAND_DESIGNED:
         if learning_rate is None:
             learning_rate = DEFAULT_LEARNING_RATES[optimizer]
         if not (isinstance(learning_rate, int | float) and learning_rate > 0):
             raise ValueError(f"learning_rate must be a positive number, got {learning_rate!r}.")
         learning_rate = float(learning_rate)
-        make, argument, label = HAND_DESIGNED[optimizer], jnp.float32(learning_rate), optimizer
+        make, value, label = HAND_DESIGNED[optimizer], jnp.float32(learning_rate), optimizer
     else:
         raise ValueError(
             f"Unknown optimizer {optimizer!r}: pass a learned optimizer or one of "
             f"{', '.join(HAND_DESIGNED)}."
         )
-    losses, measured = _train(task, make, argument, _seed_keys(seeds), num_steps, eval_every, False)
+    losses, measured = _train(task, make, value, _seed_keys(seeds), num_steps, eval_every, False)
     return _result(
         name or label, task, num_steps, eval_every, seeds, learning_rate, losses, measured
     )
@@ -418,21 +447,21 @@ def _result(name, task, num_steps, eval_every, seeds, learning_rate, losses, mea
     measured = np.asarray(measured, np.float32)
     return Evaluation(
         name=name,
-        task=_task_name(task),
+        task=task.name,
         num_steps=num_steps,
         eval_every=eval_every,
         seeds=seeds,
         learning_rate=learning_rate,
         steps=_eval_points(num_steps, eval_every),
         minibatch_loss=np.asarray(losses, np.float32),
-        train_loss=measured[..., 0],
-        train_accuracy=measured[..., 1],
-        test_loss=measured[..., 2],
-        test_accuracy=measured[..., 3],
+        **{metric: measured[..., i] for i, metric in enumerate(METRICS)},
     )
 
 
-def selection_score(result: Evaluation, select: Literal["train_loss", "test_loss"]) -> float:
+Selection = Literal["train_loss", "validation_loss", "test_loss"]
+
+
+def selection_score(result: Evaluation, select: Selection) -> float:
     """The number an LR sweep minimises: the mean over seeds of the final `select` loss, or
     $+\\infty$ if any seed diverged (non-finite)."""
     mean, _ = result.final(select)
@@ -447,7 +476,7 @@ def lr_sweep(
     learning_rates: Sequence[float] | None = None,
     seeds: int | Sequence[int] = 1,
     eval_every: int | None = None,
-    select: Literal["train_loss", "test_loss"] = "train_loss",
+    select: Selection = "train_loss",
     batch_size: int = 64,
     data_dir: str | os.PathLike | None = None,
 ) -> tuple[Evaluation, list[Evaluation]]:
@@ -456,8 +485,9 @@ def lr_sweep(
     Every learning rate and seed trains in one compiled program (`jax.vmap` over both). The
     best learning rate minimises the final loss over the whole **train** split, averaged over
     seeds (`select="train_loss"`, the default: tuning never looks at the test split, so the
-    reported test numbers stay held out); `select="test_loss"` picks by the final test loss
-    instead, as papers that report the best test curve do. Runs that diverge (non-finite) are
+    reported test numbers stay held out); `select="validation_loss"` picks by the validation
+    split (as [`elo.tune`][] does), `select="test_loss"` by the final test loss, as papers
+    that report the best test curve do. Runs that diverge (non-finite) are
     never selected.
 
     **Arguments:**
@@ -468,7 +498,7 @@ def lr_sweep(
     - `learning_rates`: the grid (default: 7 values log-spaced over $[10^{-4}, 10^{-1}]$, see
       [`elo.log_grid`][]).
     - `seeds`, `eval_every`, `batch_size`, `data_dir`: as for [`elo.evaluate`][].
-    - `select`: `"train_loss"` or `"test_loss"`.
+    - `select`: `"train_loss"`, `"validation_loss"` or `"test_loss"`.
 
     **Returns:**
 
@@ -481,8 +511,10 @@ def lr_sweep(
             f"lr_sweep tunes hand-designed optimizers ({', '.join(HAND_DESIGNED)}), "
             f"got {optimizer!r}."
         )
-    if select not in ("train_loss", "test_loss"):
-        raise ValueError(f"select must be 'train_loss' or 'test_loss', got {select!r}.")
+    if select not in ("train_loss", "validation_loss", "test_loss"):
+        raise ValueError(
+            f"select must be 'train_loss', 'validation_loss' or 'test_loss', got {select!r}."
+        )
     rates = (
         log_grid(1e-4, 1e-1, 7) if learning_rates is None else [float(r) for r in learning_rates]
     )

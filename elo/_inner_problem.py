@@ -6,21 +6,21 @@ differences isolate the effect of the perturbation. Both sides are stepped toget
 failure on either side resets both, so pairs never fall out of step.
 """
 
-import math
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import optax
-from jaxtyping import Array, Bool, Float, Int, Key
+from jaxtyping import Array, Bool, Float, Key
 
-from ._buffer import buffer_pop, buffer_push, resume_decision, ResumeBuffer, should_push
 from ._custom_types import PRNGKeyArray, PyTree
-from ._difficulty import difficulty_init, difficulty_reset, difficulty_update, DifficultyState
+from ._difficulty import difficulty_init, difficulty_reset, difficulty_update
+from ._divergence import AbstractDivergenceRule
 from ._fusion import fused_step, imitation_losses
 from ._horizon import AbstractHorizon
+from ._particle import Particle, Restart, Side, Snapshot
 from ._records import StepRecord
+from ._restarts import AbstractRestarts
 from ._supervision import AbstractSupervision
 from .optimizers._base import AbstractLearnedOptimizer
 from .tasks import AbstractTask, ParameterScaleAugmentation, ScaledTask
@@ -40,41 +40,6 @@ def _where(condition: Bool[Array, ""], if_true: PyTree, if_false: PyTree) -> PyT
     return jax.tree.map(lambda a, b: jnp.where(condition, a, b), if_true, if_false)
 
 
-class Side(eqx.Module):
-    """The state of one inner trajectory that a snapshot must carry to resume it."""
-
-    params: PyTree
-    lo_state: PyTree
-    expert_state: PyTree
-
-
-class Snapshot(eqx.Module):
-    """What the resume buffer stores: both sides, the task scale, the inner step and $\\xi$."""
-
-    sides: Side
-    scale: Float[Array, "*batch"]
-    step: Int[Array, "*batch"]
-    xi: PyTree
-
-
-class Particle(eqx.Module):
-    """A particle: two antithetic inner trajectories plus their shared bookkeeping.
-
-    `sides`, `difficulty` and `steps_over_bound` have a leading axis of size 2 ($+$, $-$).
-    """
-
-    sides: Side
-    difficulty: DifficultyState
-    scale: Float[Array, "*batch"]
-    step: Int[Array, "*batch"]
-    horizon: Int[Array, "*batch"]
-    unrolls_done: Int[Array, "*batch"]
-    pending_reset: Bool[Array, "*batch"]
-    steps_over_bound: Int[Array, "*batch 2"]
-    xi: PyTree
-    buffer: ResumeBuffer | None
-
-
 class SideStep(eqx.Module):
     """One inner step of one side: its new state and what the step measured."""
 
@@ -85,17 +50,6 @@ class SideStep(eqx.Module):
     magnitude_loss: Float[Array, ""]
     imitation_mse: Float[Array, ""]
     finite: Bool[Array, ""]
-
-
-class Restart(eqx.Module):
-    """Where a particle restarts if its reset is due: fresh, or resumed from the buffer."""
-
-    sides: Side
-    scale: Float[Array, ""]
-    step: Int[Array, ""]
-    horizon: Int[Array, ""]
-    xi: PyTree
-    resumed: Bool[Array, ""]
 
 
 class _TruncationCarry(eqx.Module):
@@ -113,33 +67,16 @@ class _TruncationCarry(eqx.Module):
 
 
 class UnrollSettings(eqx.Module):
-    """The settings of [`elo.MetaConfig`][] that an inner problem's unroll reads.
+    """The numbers of [`elo.MetaConfig`][] that an inner problem's unroll reads.
 
     **Attributes:**
 
     - `truncation_length`: $R$.
-    - `resume_probability`: $P_B$ (a buffer exists only when it is positive).
-    - `buffer_slots`, `buffer_stores_xi`, `initial_step_offset`: see [`elo.MetaConfig`][].
-    - `divergence_bound`: the raw task loss above which a side counts towards divergence
-      (`inf`: the divergence rule is off; see `MetaConfig.divergence_factor`).
-    - `divergence_patience`: consecutive steps above the bound that end the unroll.
+    - `initial_step_offset`: see [`elo.MetaConfig`][].
     """
 
     truncation_length: int = eqx.field(static=True)
-    resume_probability: float = eqx.field(static=True)
-    buffer_slots: int = eqx.field(static=True)
-    buffer_stores_xi: bool = eqx.field(static=True)
     initial_step_offset: int = eqx.field(static=True)
-    divergence_bound: float = eqx.field(static=True, default=math.inf)
-    divergence_patience: int = eqx.field(static=True, default=1)
-
-    @property
-    def uses_buffer(self) -> bool:
-        return self.resume_probability > 0.0
-
-    @property
-    def resets_diverged(self) -> bool:
-        return math.isfinite(self.divergence_bound)
 
 
 class InnerProblem(eqx.Module):
@@ -153,6 +90,8 @@ class InnerProblem(eqx.Module):
     - `horizon`: the horizon sampler.
     - `augmentation`: the parameter-scale augmentation, or `None`.
     - `supervision`: the supervision mode (decides each inner step's $\\alpha$).
+    - `restarts`: the restart policy (fresh only, or the resume buffer).
+    - `divergence`: the divergence rule.
     - `settings`: the [`UnrollSettings`][elo.internal.UnrollSettings].
     """
 
@@ -164,6 +103,8 @@ class InnerProblem(eqx.Module):
     horizon: AbstractHorizon
     augmentation: ParameterScaleAugmentation | None
     supervision: AbstractSupervision
+    restarts: AbstractRestarts
+    divergence: AbstractDivergenceRule
     settings: UnrollSettings
 
     def _scaled_task(self, scale) -> AbstractTask:
@@ -202,10 +143,6 @@ class InnerProblem(eqx.Module):
         sides, scale, horizon = self._fresh(theta, fresh_key, zero)
         step = jr.randint(offset_key, (), 0, self.settings.initial_step_offset, jnp.int32)
         xi = jax.tree.map(jnp.zeros_like, theta)
-        buffer = None
-        if self.settings.uses_buffer:
-            example = Snapshot(sides, scale, zero, xi)
-            buffer = ResumeBuffer.empty(example, self.settings.buffer_slots)
         return Particle(
             sides=sides,
             difficulty=difficulty_init((2,)),
@@ -216,7 +153,7 @@ class InnerProblem(eqx.Module):
             pending_reset=jnp.zeros((), bool),
             steps_over_bound=jnp.zeros((2,), jnp.int32),
             xi=xi,
-            buffer=buffer,
+            buffer=self.restarts.empty_buffer(Snapshot(sides, scale, zero, xi)),
         )
 
     # --------------------------------------------------------------------------------------
@@ -259,13 +196,6 @@ class InnerProblem(eqx.Module):
             finite=finite,
         )
 
-    def _divergence(self, p: Particle, task_loss: Float[Array, "2"]):
-        """The count of consecutive steps above the bound per side, and whether it ended."""
-        if not self.settings.resets_diverged:
-            return p.steps_over_bound, jnp.zeros((), bool)
-        over = jnp.where(task_loss > self.settings.divergence_bound, p.steps_over_bound + 1, 0)
-        return over, jnp.any(over >= self.settings.divergence_patience)
-
     def _train(self, theta_pm, carry: _TruncationCarry, alpha, resumed, fresh, batch):
         """Train both sides of a particle for one inner step on the same minibatch."""
         p = carry.particle
@@ -274,7 +204,7 @@ class InnerProblem(eqx.Module):
         out = train(theta_pm, p.sides, p.scale, step_alpha, batch)
         inner_step = p.step + 1
         nonfinite = ~jnp.all(out.finite)
-        steps_over_bound, over_too_long = self._divergence(p, out.task_loss)
+        steps_over_bound, over_too_long = self.divergence.update(p.steps_over_bound, out.task_loss)
         diverged = over_too_long & ~nonfinite
         done = self.horizon.is_done(inner_step, p.horizon) | nonfinite | diverged
         p = eqx.tree_at(
@@ -316,34 +246,21 @@ class InnerProblem(eqx.Module):
     # Resets
 
     def _restart(self, theta_plus, p: Particle, key) -> Restart:
-        """Where the particle restarts: a fresh start with probability $1 - P_B$, else a resume
-        from the buffer for a freshly sampled further length."""
+        """Where the particle restarts, as its restart policy decides."""
         fresh_key, resume_key, pop_key, horizon_key = jr.split(key, 4)
-        zeros_xi = jax.tree.map(jnp.zeros_like, p.xi)
         fresh_sides, fresh_scale, fresh_horizon = self._fresh(theta_plus, fresh_key, p.unrolls_done)
         fresh = Restart(
             sides=fresh_sides,
             scale=fresh_scale,
             step=jnp.zeros((), jnp.int32),
             horizon=fresh_horizon,
-            xi=zeros_xi,
+            xi=jax.tree.map(jnp.zeros_like, p.xi),
             resumed=jnp.zeros((), bool),
         )
-        if not self.settings.uses_buffer:
-            return fresh
-        assert p.buffer is not None
-        resume = resume_decision(p.buffer, self.settings.resume_probability, key=resume_key)
-        snap, _ = buffer_pop(p.buffer, key=pop_key)
-        extra = self.horizon.sample(p.unrolls_done, key=horizon_key)
-        resumed = Restart(
-            sides=snap.sides,
-            scale=snap.scale,
-            step=snap.step,
-            horizon=snap.step + extra,
-            xi=snap.xi if self.settings.buffer_stores_xi else zeros_xi,
-            resumed=jnp.ones((), bool),
+        further_steps = self.horizon.sample(p.unrolls_done, key=horizon_key)
+        return self.restarts.restart(
+            fresh, p, further_steps, resume_key=resume_key, pop_key=pop_key
         )
-        return _where(resume, resumed, fresh)
 
     def _reset(self, theta_plus, carry: _TruncationCarry, key):
         """Apply a particle's pending reset (a no-op for particles without one)."""
@@ -385,11 +302,10 @@ class InnerProblem(eqx.Module):
     ) -> tuple[Particle, StepRecord, PyTree, Snapshot]:
         """Advance a batch of particles by one truncation of $R$ inner steps.
 
-        Every step first applies pending resets (fresh start with probability $1 - P_B$, else a
-        resume from the buffer for a freshly sampled further length), then trains both sides of
-        every particle on the same minibatch. An inner problem ends when its horizon is reached,
-        when either side becomes non-finite, or (with the divergence rule on) when either side's
-        raw loss has stayed above `divergence_bound` for `divergence_patience` steps. Resets are
+        Every step first applies pending resets (where the restart policy says: fresh, or
+        resumed from the buffer), then trains both sides of every particle on the same
+        minibatch. An inner problem ends when its horizon is reached, when either side becomes
+        non-finite, or when the divergence rule says it diverged. Resets are
         rare, so the reset computation runs only on steps where some particle of the batch needs
         one (a `lax.cond` on the batch, not a select per particle).
 
@@ -454,13 +370,12 @@ class InnerProblem(eqx.Module):
         snapshot: Snapshot,
         new_xi: PyTree,
     ) -> Particle:
-        """Store the new accumulator and apply the buffer's push rule.
+        """Store the new accumulator, then let the restart policy keep what it needs.
 
-        The snapshot taken at the start of the truncation is pushed when the running maximum of
-        the difficulty score (mean of both sides) rose during the truncation, or when an inner
-        problem ended in it; with the divergence rule on, never when a problem diverged or went
-        non-finite in it, nor when it started above the divergence bound (a failing run is not a
-        hard state worth resuming). Both sides' running maxima are then aligned to their mean.
+        With the resume buffer, the snapshot taken at the start of the truncation is pushed
+        by [`BufferedRestarts.finish_truncation`][elo.internal.BufferedRestarts]'s rule, never
+        for a truncation the divergence rule calls failed (a failing run is not a hard state
+        worth resuming).
 
         **Arguments:**
 
@@ -474,19 +389,5 @@ class InnerProblem(eqx.Module):
         The particle ready for the next truncation.
         """
         after = eqx.tree_at(lambda p: p.xi, after, new_xi)
-        if not self.settings.uses_buffer:
-            return after
-        assert after.buffer is not None
-        max_before = jnp.mean(before.difficulty.max_score)
-        max_after = jnp.mean(after.difficulty.max_score)
-        ended = jnp.any(records.ended)
-        failed = None
-        if self.settings.resets_diverged:
-            failed = jnp.any(records.diverged | records.nonfinite) | jnp.any(
-                before.steps_over_bound > 0
-            )
-        buffer = buffer_push(
-            after.buffer, snapshot, should_push(max_before, max_after, ended, failed)
-        )
-        aligned = jnp.broadcast_to(max_after, (2,))
-        return eqx.tree_at(lambda p: (p.buffer, p.difficulty.max_score), after, (buffer, aligned))
+        failed = self.divergence.failed(records, before.steps_over_bound)
+        return self.restarts.finish_truncation(before, after, records, snapshot, failed)

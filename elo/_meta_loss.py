@@ -7,7 +7,7 @@ from jaxtyping import Array, Bool, Float
 
 def rms_normalize(
     x: Float[Array, "particles steps"],
-    mask: Bool[Array, "particles steps"],
+    mask: Bool[Array, "particles steps"] | None = None,
     *,
     axis_name: str | None = None,
 ) -> Float[Array, "particles steps"]:
@@ -20,14 +20,15 @@ def rms_normalize(
     **Arguments:**
 
     - `x`: per-particle, per-step values.
-    - `mask`: which entries are valid.
+    - `mask`: which entries are valid (`None`: all).
     - `axis_name`: the mesh axis the particles are sharded over, if any.
 
     **Returns:**
 
     An array like `x`.
     """
-    x = jnp.where(mask, x, 0.0)
+    if mask is not None:
+        x = jnp.where(mask, x, 0.0)
     total = jnp.sum(jnp.square(x))
     count = jnp.asarray(x.size, jnp.float32)
     if axis_name is not None:
@@ -42,7 +43,7 @@ def mix_deltas(
     task: Float[Array, "particles steps"],
     direction: Float[Array, "particles steps"],
     magnitude: Float[Array, "particles steps"],
-    mask: Bool[Array, "particles steps"],
+    mask: Bool[Array, "particles steps"] | None = None,
     *,
     w_task: Float[Array, "*#weights"] | float,
     w_dir: Float[Array, "*#weights"] | float,
@@ -63,7 +64,7 @@ def mix_deltas(
     **Arguments:**
 
     - `task`, `direction`, `magnitude`: the antithetic differences of the three losses.
-    - `mask`: valid steps.
+    - `mask`: valid steps (`None`: all).
     - `w_task`, `w_dir`, `w_mag`: the supervision weights at this outer step: scalars, or
       per-particle columns of shape `[particles, 1]` (alternating supervision).
     - `normalize_imitation`: apply SMN to the imitation differences (reference behaviour).

@@ -17,17 +17,19 @@ from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, Float, Int, Key
 
 from ._build import build_meta_optimizer, build_supervision
+from ._checks import check_key
 from ._config import MetaConfig
 from ._cpu import single_cpu_device_compiler_options
 from ._custom_types import PRNGKeyArray, PyTree
-from ._inner_problem import InnerProblem, Particle
+from ._inner_problem import InnerProblem
 from ._mesh import constrain, PARTICLE_AXIS, particle_devices, particle_mesh
+from ._particle import Particle
 from ._pes import pes_combine, sample_perturbation
 from ._records import StepRecord
 from ._schedules import SupervisionWeights
-from ._state import MetaState
-from ._step_stats import StepStats
-from ._supervision import AbstractSupervision, LossDeltas
+from ._state import MetaState, Metrics
+from ._step_stats import group_metrics, merge_groups
+from ._supervision import LossDeltas
 
 
 class _ParticleKeys(eqx.Module):
@@ -61,32 +63,31 @@ def _pes_estimates(
     config: MetaConfig,
 ) -> tuple[PyTree, PyTree]:
     """Each particle's PES gradient estimate and new accumulator ([`elo.pes_combine`][])."""
-    mask = jnp.ones(records.new_segment.shape, bool)
     combine = jax.vmap(
-        lambda d, m, s, e, x, xr: pes_combine(
-            d, m, s, e, x, xr, sigma=config.sigma, reduction=config.loss_reduction
+        lambda d, s, e, x, xr: pes_combine(
+            d, s, e, x, xr, sigma=config.sigma, reduction=config.loss_reduction
         )
     )
-    grads, new_xi = combine(deltas.accumulated, mask, records.new_segment, eps, xi, restart_xi)
+    grads, new_xi = combine(deltas.accumulated, records.new_segment, eps, xi, restart_xi)
     if deltas.current is not None:
         # Credited to this truncation's epsilon alone (zero accumulators). pes_combine is
         # linear in the deltas, so the two parts add up to one estimate.
         zeros = jax.tree.map(jnp.zeros_like, xi)
-        current, _ = combine(deltas.current, mask, records.new_segment, eps, zeros, zeros)
+        current, _ = combine(deltas.current, records.new_segment, eps, zeros, zeros)
         grads = jax.tree.map(jnp.add, grads, current)
     return grads, new_xi
 
 
 def _group_step(
     problem: InnerProblem,
-    supervision: AbstractSupervision,
     theta: PyTree,
     particles: Particle,
     weights: SupervisionWeights,
     config: MetaConfig,
     key: PRNGKeyArray,
-) -> tuple[PyTree, Particle, StepStats]:
+) -> tuple[PyTree, Particle, Metrics]:
     """PES over one task group's local particles (inside `shard_map`)."""
+    supervision = problem.supervision
     keys = _particle_keys(key, particles)
     eps, theta_pm = _antithetic_perturbation(theta, keys.perturbation, config.sigma)
     alpha = supervision.trajectory_weight(weights, particles.unrolls_done)
@@ -96,7 +97,7 @@ def _group_step(
     deltas = supervision.loss_deltas(records, weights, alpha, axis_name=PARTICLE_AXIS)
     grads, new_xi = _pes_estimates(deltas, records, eps, particles.xi, restart_xi, config)
     particles = jax.vmap(problem.finish_truncation)(particles, after, records, snapshot, new_xi)
-    stats = StepStats.of_group(
+    stats = group_metrics(
         records, particles, alpha, num_particles=config.num_particles, axis_name=PARTICLE_AXIS
     )
     grad = jax.tree.map(
@@ -126,7 +127,7 @@ def meta_step(state: MetaState, key: PRNGKeyArray) -> MetaState:
     **Raises:**
 
     `TypeError` if `state` is not an `elo.MetaState` (e.g. a config was passed: call
-    `elo.init(config, key=...)` first).
+    `elo.init(config, key=...)` first), or if `key` is not a JAX PRNG key.
     """
     if not isinstance(state, MetaState):
         hint = (
@@ -137,6 +138,7 @@ def meta_step(state: MetaState, key: PRNGKeyArray) -> MetaState:
         raise TypeError(
             f"elo.meta_step expects an elo.MetaState, got {type(state).__name__}{hint}."
         )
+    check_key(key, "elo.meta_step")
     lo, meta_opt_state, groups, step, metrics = _compiled_for(state.config)(state, key)
     # The task data stay out of the compiled program's outputs (they never change, and
     # returning them would copy them every step): the new state reuses `state.problems`.
@@ -153,26 +155,26 @@ def meta_step(state: MetaState, key: PRNGKeyArray) -> MetaState:
 
 def meta_gradient(
     state: MetaState, theta: PyTree, weights: SupervisionWeights, key: PRNGKeyArray
-) -> tuple[PyTree, tuple[Particle, ...], StepStats]:
+) -> tuple[PyTree, tuple[Particle, ...], Metrics]:
     """The PES meta-gradient of one outer step before clipping, averaged over particles and
-    task groups, with the particles after the truncation and the step's statistics.
+    task groups, with the particles after the truncation and the step's statistics (an
+    [`elo.Metrics`][] whose `grad_norm` and `nonfinite_grads` the meta-update sets).
 
     The particle axis is sharded over the mesh with `jax.shard_map`; task groups (which may
     differ in parameter shapes) are a static loop inside it.
     """
     config = state.config
-    supervision = build_supervision(config)
     problems_dyn, problems_static = eqx.partition(state.problems, eqx.is_array)
 
     def per_shard(theta, groups, problems_dyn, weights, key):
         problems = eqx.combine(problems_dyn, problems_static)
         outputs = [
-            _group_step(problem, supervision, theta, particles, weights, config, jr.fold_in(key, i))
+            _group_step(problem, theta, particles, weights, config, jr.fold_in(key, i))
             for i, (problem, particles) in enumerate(zip(problems, groups))
         ]
         grads, new_groups, stats = zip(*outputs)
         grad = jax.tree.map(lambda *gs: sum(gs) / len(gs), *grads)
-        return grad, tuple(new_groups), StepStats.merge(list(stats))
+        return grad, tuple(new_groups), merge_groups(list(stats))
 
     sharded = jax.shard_map(
         per_shard,
@@ -215,7 +217,7 @@ def _meta_step_program(state: MetaState, key: PRNGKeyArray):
     theta, meta_opt_state, grad_norm, nonfinite = _meta_update(
         config, grad, state.meta_opt_state, theta
     )
-    metrics = stats.to_metrics(grad_norm, nonfinite)
+    metrics = eqx.tree_at(lambda m: (m.grad_norm, m.nonfinite_grads), stats, (grad_norm, nonfinite))
     theta, meta_opt_state, step, metrics = constrain(
         (theta, meta_opt_state, state.step + 1, metrics), mesh, sharded=False
     )

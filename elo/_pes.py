@@ -60,7 +60,6 @@ def sample_perturbation(theta: PyTree, *, key: PRNGKeyArray, sigma: float | Arra
 
 def pes_combine(
     deltas: Float[Array, " R"],
-    mask: Bool[Array, " R"],
     new_segment: Bool[Array, " R"],
     eps: PyTree,
     xi: PyTree,
@@ -68,6 +67,7 @@ def pes_combine(
     *,
     sigma: float | Array,
     reduction: LossReduction = "mean",
+    mask: Bool[Array, " R"] | None = None,
 ) -> tuple[PyTree, PyTree]:
     """Combine one particle's antithetic loss differences into a PES gradient estimate.
 
@@ -90,21 +90,25 @@ def pes_combine(
     **Arguments:**
 
     - `deltas`: $L^+_n - L^-_n$, shape `[R]`.
-    - `mask`: steps that count, shape `[R]`.
     - `new_segment`: $h_n$, shape `[R]`.
     - `eps`: this truncation's perturbation (a pytree like the meta-parameters).
     - `xi`: the accumulator before this truncation.
     - `restart_xi`: $\\xi_r$, the accumulator carried by the restarted trajectory.
     - `sigma`: the perturbation scale.
     - `reduction`: `"mean"` averages over valid steps (reference code); `"sum"` sums (paper).
+    - `mask`: steps that count, shape `[R]` (`None`: all of them, as in meta-training).
 
     **Returns:**
 
     `(gradient_estimate, new_xi)`, both pytrees like the meta-parameters.
     """
-    deltas = jnp.where(mask, deltas, 0.0)
+    if mask is None:
+        valid = jnp.asarray(deltas.shape[0])
+    else:
+        deltas = jnp.where(mask, deltas, 0.0)
+        valid = jnp.sum(mask)
     if reduction == "mean":
-        denom = jnp.maximum(jnp.sum(mask), 1).astype(deltas.dtype)
+        denom = jnp.maximum(valid, 1).astype(deltas.dtype)
     elif reduction == "sum":
         denom = jnp.asarray(1.0, deltas.dtype)
     else:
@@ -168,13 +172,13 @@ def pes_grad(
     out_neg, neg_state = unroll(theta_neg, neg_state, unroll_key)
     grad, xi = pes_combine(
         out_pos.losses - out_neg.losses,
-        out_pos.mask,
         out_pos.new_segment,
         eps,
         xi,
         out_pos.restart_xi,
         sigma=sigma,
         reduction=reduction,
+        mask=out_pos.mask,
     )
     valid = jnp.maximum(jnp.sum(out_pos.mask), 1)
     mean_loss = 0.5 * jnp.sum(jnp.where(out_pos.mask, out_pos.losses + out_neg.losses, 0.0)) / valid

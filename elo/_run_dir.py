@@ -1,4 +1,9 @@
-"""The files of a run directory of `elo meta-train`, named in one place."""
+"""The files of a run directory of `elo meta-train`, named in one place, and reading its metrics."""
+
+import json
+from pathlib import Path
+from typing import Any
+
 
 RUN_CHECKPOINT = "checkpoint.eqx"
 """The run's checkpoint ([`elo.save`][]), written atomically."""
@@ -14,3 +19,85 @@ BEST_OPTIMIZER = "best_optimizer.eqx"
 
 LOCK_FILE = ".lock"
 """Held (`flock`) by the process using the directory."""
+
+
+def read_metrics(run: str | Path) -> list[dict[str, Any]]:
+    """The per-outer-step records of a run of `elo meta-train`.
+
+    **Arguments:**
+
+    - `run`: the run directory, or its `metrics.jsonl`.
+
+    **Returns:**
+
+    One dict per outer step, in the order written (`step`, `seconds`, `meta_loss`, `task_loss`,
+    `resets`, ...; see [`elo.Metrics`][]). Unreadable lines and a torn last line (a writer killed
+    mid-line) are left out; `elo meta-train` reports them and keeps a copy when it resumes. A
+    missing file has no records.
+
+    !!! example
+
+        ```python
+        records = elo.read_metrics("runs/elo")
+        print(records[-1]["meta_loss"])
+        ```
+    """
+    return [r for r in _read_records(_metrics_path(run)) if "validation" not in r]
+
+
+def read_validation(run: str | Path) -> list[dict[str, Any]]:
+    """The meta-validation records of a run of `elo meta-train --validate-every K`.
+
+    **Arguments:**
+
+    - `run`: the run directory, or its `metrics.jsonl`.
+
+    **Returns:**
+
+    One dict per check: `step`, `seconds`, `best` (whether it was the best so far, kept in
+    `best_optimizer.eqx`) and `validation` ([`elo.Validation.to_dict`][]; with several validation
+    tasks, their mean `score` and each task's result under `per_task`).
+    """
+    return [r for r in _read_records(_metrics_path(run)) if isinstance(r.get("validation"), dict)]
+
+
+def _metrics_path(run: str | Path) -> Path:
+    run = Path(run)
+    return run / METRICS_FILE if run.is_dir() else run
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    return [record for _, record in scan_records(path)[0]]
+
+
+def scan_records(path: Path) -> tuple[list[tuple[bytes, dict[str, Any]]], list[int], bool]:
+    """Read a metrics file line by line.
+
+    **Arguments:**
+
+    - `path`: a `metrics.jsonl`; a missing file has no records.
+
+    **Returns:**
+
+    `(records, unreadable, torn)`: every valid record with its line as written, the 1-based
+    numbers of the complete lines that are not a JSON object with an integer `step`, and whether
+    the last line is torn (no final newline: the writer was killed mid-line).
+    """
+    records, unreadable, torn = [], [], False
+    if not path.is_file():
+        return records, unreadable, torn
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.endswith(b"\n"):
+                torn = True
+                break
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            step = record.get("step") if isinstance(record, dict) else None
+            if isinstance(step, int) and not isinstance(step, bool):
+                records.append((line, record))
+            else:
+                unreadable.append(number)
+    return records, unreadable, torn

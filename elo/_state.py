@@ -2,6 +2,7 @@
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Literal
 
 import equinox as eqx
 import jax
@@ -9,13 +10,30 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int
 
-from ._build import build_learned_optimizer, build_meta_optimizer, build_problems
+from ._build import (
+    build_learned_optimizer,
+    build_meta_optimizer,
+    build_problems,
+    config_with_tasks,
+)
+from ._checks import check_key
 from ._config import MetaConfig
 from ._custom_types import PRNGKeyArray, PyTree
-from ._inner_problem import InnerProblem, Particle
+from ._inner_problem import InnerProblem
 from ._mesh import build_on_mesh, particle_mesh, place
+from ._particle import Particle
 from .optimizers._base import AbstractLearnedOptimizer
 from .tasks import AbstractTask
+
+
+Reduction = Literal["mean", "sum", "max"]
+
+
+def _metric(reduction: Reduction | None):
+    """A field of `Metrics` with how the statistic is reduced over particles, devices and task
+    groups: `"mean"` (over particles, then task groups), `"sum"` (counts), `"max"`, or `None`
+    (not a statistic of the particles: set by the meta-update)."""
+    return eqx.field(metadata={"reduction": reduction})
 
 
 class Metrics(eqx.Module):
@@ -48,21 +66,21 @@ class Metrics(eqx.Module):
     - `imitation_mse`: mean CL imitation loss (0 unless `supervision == "alternating"`).
     """
 
-    meta_loss: Float[Array, ""]
-    task_loss: Float[Array, ""]
-    grad_norm: Float[Array, ""]
-    resets: Int[Array, ""]
-    fresh_resets: Int[Array, ""]
-    buffer_resumes: Int[Array, ""]
-    max_inner_step: Int[Array, ""]
-    mean_inner_step: Float[Array, ""]
-    nonfinite: Int[Array, ""]
-    diverged: Int[Array, ""]
-    nonfinite_grads: Int[Array, ""]
-    alpha: Float[Array, ""]
-    direction_loss: Float[Array, ""]
-    magnitude_loss: Float[Array, ""]
-    imitation_mse: Float[Array, ""]
+    meta_loss: Float[Array, ""] = _metric("mean")
+    task_loss: Float[Array, ""] = _metric("mean")
+    grad_norm: Float[Array, ""] = _metric(None)
+    resets: Int[Array, ""] = _metric("sum")
+    fresh_resets: Int[Array, ""] = _metric("sum")
+    buffer_resumes: Int[Array, ""] = _metric("sum")
+    max_inner_step: Int[Array, ""] = _metric("max")
+    mean_inner_step: Float[Array, ""] = _metric("mean")
+    nonfinite: Int[Array, ""] = _metric("sum")
+    diverged: Int[Array, ""] = _metric("sum")
+    nonfinite_grads: Int[Array, ""] = _metric(None)
+    alpha: Float[Array, ""] = _metric("mean")
+    direction_loss: Float[Array, ""] = _metric("mean")
+    magnitude_loss: Float[Array, ""] = _metric("mean")
+    imitation_mse: Float[Array, ""] = _metric("mean")
 
     @classmethod
     def zeros(cls) -> "Metrics":
@@ -125,12 +143,16 @@ def init(
     - `config`: the run's configuration.
     - `key`: a JAX PRNG key; it decides the learned optimizer's initial weights and every
       particle's first inner problem.
-    - `tasks`: optional custom inner problems, one per entry of `config.tasks` (which then only
-      names the groups). By default the tasks are built from their names.
+    - `tasks`: optional inner problems given as objects (e.g. [`elo.tasks.ModelTask`][]s or
+      built-in tasks from [`elo.tasks.get_task`][]), one task group each. They replace
+      `config.tasks`, which the state's config then records as `name@fingerprint` per task
+      ([`elo.tasks.task_label`][]): [`elo.load`][] accepts a checkpoint only for a state built
+      with tasks of the same names and fingerprints. By default the tasks are built from the
+      names in `config.tasks`.
 
     **Returns:**
 
-    The initial [`elo.MetaState`][].
+    The initial [`elo.MetaState`][] (with the config that records the tasks).
 
     !!! example
         ```python
@@ -139,6 +161,9 @@ def init(
     """
     if not isinstance(config, MetaConfig):
         raise TypeError(f"`config` must be an elo.MetaConfig, got {type(config).__name__}.")
+    check_key(key, "elo.init")
+    if tasks is not None:
+        config = config_with_tasks(config, tasks)
     lo_key, particles_key = jr.split(key)
     lo = build_learned_optimizer(config, key=lo_key)
     theta, _ = eqx.partition(lo, eqx.is_inexact_array)

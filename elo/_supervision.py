@@ -18,6 +18,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from ._config import ImitationCredit
 from ._meta_loss import mix_deltas
 from ._records import StepRecord
 from ._schedules import SupervisionSchedule, SupervisionWeights
@@ -47,6 +48,10 @@ class AbstractSupervision(eqx.Module):
     records_mse: eqx.AbstractClassVar[bool]
     """Whether inner problems must record the behaviour-cloning loss `imitation_mse`."""
 
+    follow_expert_on_restart: eqx.AbstractVar[bool]
+    """The reference's hidden warm start: an inner problem restarted fresh mid-truncation
+    follows the pure expert ($\\alpha = 0$) until the truncation ends."""
+
     @abc.abstractmethod
     def weights(self, outer_step: Int[Array, ""]) -> SupervisionWeights:
         """The schedule's weights at an outer step."""
@@ -71,10 +76,9 @@ class AbstractSupervision(eqx.Module):
     def step_weight(
         self, alpha: Float[Array, ""], follow_expert: Bool[Array, ""]
     ) -> Float[Array, ""]:
-        """$\\alpha$ at one inner step of a particle: `alpha`, or 0 where the reference's hidden
-        warm start has the particle follow the expert (see `ProgressiveSupervision`)."""
-        del follow_expert
-        return alpha
+        """$\\alpha$ at one inner step of a particle: `alpha`, or 0 where the particle follows
+        the expert (`follow_expert`, with `follow_expert_on_restart` on)."""
+        return jnp.where(follow_expert & self.follow_expert_on_restart, 0.0, alpha)
 
 
 class NoSupervision(AbstractSupervision):
@@ -82,6 +86,7 @@ class NoSupervision(AbstractSupervision):
     (the PES baselines)."""
 
     records_mse: ClassVar[bool] = False
+    follow_expert_on_restart: ClassVar[bool] = False
 
     def weights(self, outer_step: Int[Array, ""]) -> SupervisionWeights:
         return SupervisionSchedule.none().weights(outer_step)
@@ -103,14 +108,14 @@ class ProgressiveSupervision(AbstractSupervision):
     - `schedule`: the [`elo.SupervisionSchedule`][].
     - `normalize_imitation`, `imitation_scale`: see [`elo.mix_deltas`][elo.internal.mix_deltas].
     - `imitation_credit`: `"xi"` (paper) or `"epsilon"` (see `MetaConfig.imitation_credit`).
-    - `follow_expert_on_restart`: the reference's hidden warm start: an inner problem restarted
-      fresh mid-truncation follows the pure expert ($\\alpha = 0$) until the truncation ends.
+    - `follow_expert_on_restart`: see
+      [`AbstractSupervision`][elo.internal.AbstractSupervision].
     """
 
     schedule: SupervisionSchedule
     normalize_imitation: bool = eqx.field(static=True)
     imitation_scale: float = eqx.field(static=True)
-    imitation_credit: str = eqx.field(static=True)
+    imitation_credit: ImitationCredit = eqx.field(static=True)
     follow_expert_on_restart: bool = eqx.field(static=True)
     records_mse: ClassVar[bool] = False
 
@@ -120,20 +125,12 @@ class ProgressiveSupervision(AbstractSupervision):
     def trajectory_weight(self, weights, unrolls_done):
         return jnp.broadcast_to(weights.alpha, unrolls_done.shape)
 
-    def step_weight(self, alpha, follow_expert):
-        if not self.follow_expert_on_restart:
-            return alpha
-        return jnp.where(follow_expert, 0.0, alpha)
-
     def loss_deltas(self, records, weights, alpha, *, axis_name):
-        mask = jnp.ones(records.new_segment.shape, bool)
-
         def mixed(w_task, w_dir, w_mag):
             return mix_deltas(
                 _antithetic(records.meta_loss),
                 _antithetic(records.direction_loss),
                 _antithetic(records.magnitude_loss),
-                mask,
                 w_task=w_task,
                 w_dir=w_dir,
                 w_mag=w_mag,
@@ -173,19 +170,12 @@ class AlternatingSupervision(AbstractSupervision):
         cloning = (unrolls_done % 2 == 0).astype(jnp.float32)
         return 1.0 - cloning
 
-    def step_weight(self, alpha, follow_expert):
-        if not self.follow_expert_on_restart:
-            return alpha
-        return jnp.where(follow_expert, 0.0, alpha)
-
     def loss_deltas(self, records, weights, alpha, *, axis_name):
         cloning = (1.0 - alpha)[:, None]
-        mask = jnp.ones(records.new_segment.shape, bool)
         deltas = mix_deltas(
             _antithetic(records.meta_loss),
             _antithetic(records.imitation_mse),
             _antithetic(records.magnitude_loss),
-            mask,
             w_task=1.0 - cloning,
             w_dir=cloning,
             w_mag=0.0,

@@ -6,11 +6,13 @@ test it; everyday use needs only the top-level `elo` namespace.
 
 from ._buffer import record_window as record_window
 from ._build import (
+    build_divergence_rule as build_divergence_rule,
     build_expert as build_expert,
     build_horizon as build_horizon,
     build_learned_optimizer as build_learned_optimizer,
     build_meta_optimizer as build_meta_optimizer,
     build_problems as build_problems,
+    build_restarts as build_restarts,
     build_supervision as build_supervision,
     EXPERTS as EXPERTS,
     HORIZONS as HORIZONS,
@@ -26,20 +28,32 @@ from ._difficulty import (
     FAILURE_LOSS as FAILURE_LOSS,
     sanitize_loss as sanitize_loss,
 )
+from ._divergence import (
+    AbstractDivergenceRule as AbstractDivergenceRule,
+    LossBoundRule as LossBoundRule,
+    NoDivergenceRule as NoDivergenceRule,
+)
 from ._inner_problem import (
     InnerProblem as InnerProblem,
-    Particle as Particle,
-    Restart as Restart,
-    Side as Side,
     SideStep as SideStep,
-    Snapshot as Snapshot,
     UnrollSettings as UnrollSettings,
 )
 from ._meta_loss import mix_deltas as mix_deltas, rms_normalize as rms_normalize
 from ._meta_step import meta_gradient as meta_gradient
+from ._particle import (
+    Particle as Particle,
+    Restart as Restart,
+    Side as Side,
+    Snapshot as Snapshot,
+)
 from ._pes import pes_grad as pes_grad, Unrolled as Unrolled
 from ._records import StepRecord as StepRecord
-from ._step_stats import StepStats as StepStats
+from ._restarts import (
+    AbstractRestarts as AbstractRestarts,
+    BufferedRestarts as BufferedRestarts,
+    FreshRestarts as FreshRestarts,
+)
+from ._step_stats import group_metrics as group_metrics, merge_groups as merge_groups
 from ._supervision import (
     AbstractSupervision as AbstractSupervision,
     AlternatingSupervision as AlternatingSupervision,

@@ -205,7 +205,7 @@ def elo_small_fc_cpu(**overrides: Any) -> MetaConfig:
     pure imitation for the first 10% of outer steps, a linear ramp to the learned optimizer
     alone by 40%, the learned optimizer alone for the last 60%, no floors. (Until elo 0.1 this
     preset ramped from outer step 50 to 500 with a direction floor of 0.3 and no divergence
-    reset; the ablation study in `benchmarks/ablation.py` compares the two.)
+    reset; the ablation study in `studies/ablation_small_fc/study.py` compares the two.)
     """
     return _cpu(elo_small_fc, overrides)
 

@@ -3,7 +3,55 @@
 import contextlib
 
 import equinox as eqx
+import jax
 import jaxtyping
+import numpy as np
+
+import elo
+
+
+TINY_FIELDS = dict(
+    tasks=("mlp-w32-d1_mnist-8x8x1",),
+    num_particles=2,
+    truncation_length=3,
+    min_horizon=5,
+    max_horizon=10,
+    initial_step_offset=2,
+    num_outer_steps=8,
+)
+"""The smallest meta-training run that exercises every part of the state (`pes_small_fc`)."""
+
+
+def tiny_config(**overrides) -> elo.MetaConfig:
+    """The tiny run's config (tests that share it share the compiled `meta_step`)."""
+    return elo.presets.pes_small_fc(**(TINY_FIELDS | overrides))
+
+
+def tiny_cli_args() -> list[str]:
+    """`elo meta-train` arguments for the tiny run (its `--steps` sets `num_outer_steps`)."""
+    args = ["--preset", "pes_small_fc"]
+    for name, value in TINY_FIELDS.items():
+        if name != "num_outer_steps":
+            text = ",".join(value) if isinstance(value, tuple) else str(value)
+            args += ["--set", f"{name}={text}"]
+    return args
+
+
+def bitwise_equal(a, b) -> bool:
+    """Same structure, same static parts, and every array leaf identical bit for bit (dtype and
+    shape included)."""
+    la, ta = jax.tree.flatten(a)
+    lb, tb = jax.tree.flatten(b)
+    if ta != tb:
+        return False
+    for x, y in zip(la, lb):
+        if isinstance(x, jax.Array | np.ndarray) or isinstance(y, jax.Array | np.ndarray):
+            x, y = np.asarray(x), np.asarray(y)
+            if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+                return False
+        elif x != y:
+            return False
+    return True
 
 
 def tree_allclose(x, y, *, rtol: float = 1e-5, atol: float = 1e-8) -> bool:

@@ -5,11 +5,13 @@ import math
 import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
+import jax.random as jr
 import numpy as np
 import pytest
 import scipy.stats
 from hypothesis import given, settings
 
+import elo
 from elo._buffer import (
     buffer_pop,
     buffer_push,
@@ -294,3 +296,28 @@ def test_validation_errors():
         buffer_push(buffer, {"x": jnp.zeros(2, jnp.int32)}, True)
     with pytest.raises(ValueError, match=r"window_length.*>= 1.*0"):
         record_window(jnp.zeros(4), 0)
+
+
+def test_restart_policy_is_chosen_from_the_resume_probability():
+    fresh = elo.internal.build_restarts(elo.presets.pes_small_fc())
+    assert isinstance(fresh, elo.internal.FreshRestarts)
+    buffered = elo.internal.build_restarts(
+        elo.presets.elo_small_fc(resume_probability=0.5, buffer_slots=3, buffer_stores_xi=True)
+    )
+    assert buffered == elo.internal.BufferedRestarts(
+        resume_probability=0.5, num_slots=3, stores_xi=True
+    )
+    with pytest.raises(ValueError, match="resume_probability must lie in .* FreshRestarts"):
+        elo.internal.BufferedRestarts(resume_probability=0.0, num_slots=3, stores_xi=False)
+
+
+def test_buffered_restarts_refuse_particles_without_a_buffer():
+    config = elo.presets.pes_small_fc(tasks=("quadratic-d10",), num_particles=4)
+    state = elo.init(config, key=jr.key(0))
+    particle = jax.tree.map(lambda x: x[0], state.groups[0])
+    assert particle.buffer is None  # fresh restarts keep no buffer
+    policy = elo.internal.BufferedRestarts(resume_probability=0.5, num_slots=2, stores_xi=False)
+    with pytest.raises(ValueError, match="BufferedRestarts needs particles with a resume buffer"):
+        policy.restart(
+            None, particle, jnp.ones((), jnp.int32), resume_key=jr.key(1), pop_key=jr.key(2)
+        )

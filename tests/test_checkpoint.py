@@ -17,38 +17,7 @@ from elo._export import load_optimizer
 from elo._io import atomic_write, CHECKPOINT_VERSION, CheckpointError
 from elo._meta_step import _compiled_meta_step
 
-
-def tiny_config(**overrides):
-    """The smallest meta-training run that exercises every part of the state (shared with
-    test_cli.py, so the compiled `meta_step` is reused across the two modules)."""
-    fields = dict(
-        tasks=("mlp-w32-d1_mnist-8x8x1",),
-        num_particles=2,
-        truncation_length=3,
-        min_horizon=5,
-        max_horizon=10,
-        initial_step_offset=2,
-        num_outer_steps=8,
-    )
-    fields.update(overrides)
-    return elo.presets.pes_small_fc(**fields)
-
-
-def bitwise_equal(a, b) -> bool:
-    """Same structure, same static parts, and every array leaf identical bit for bit (dtype and
-    shape included)."""
-    la, ta = jax.tree.flatten(a)
-    lb, tb = jax.tree.flatten(b)
-    if ta != tb:
-        return False
-    for x, y in zip(la, lb):
-        if isinstance(x, jax.Array | np.ndarray) or isinstance(y, jax.Array | np.ndarray):
-            x, y = np.asarray(x), np.asarray(y)
-            if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
-                return False
-        elif x != y:
-            return False
-    return True
+from .helpers import bitwise_equal, tiny_config
 
 
 def _step(state, t):

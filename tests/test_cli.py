@@ -25,26 +25,10 @@ from elo.cli import main
 from elo.cli._common import CLIError, parse_overrides
 from elo.cli._metrics_file import read_metrics, scan_records
 
-from .test_checkpoint import bitwise_equal, tiny_config
+from .helpers import bitwise_equal, tiny_cli_args, tiny_config
 
 
-# The tiny run of test_checkpoint.py (same config, so the compiled meta_step is shared).
-TINY = [
-    "--preset",
-    "pes_small_fc",
-    "--set",
-    "tasks=mlp-w32-d1_mnist-8x8x1",
-    "--set",
-    "num_particles=2",
-    "--set",
-    "truncation_length=3",
-    "--set",
-    "min_horizon=5",
-    "--set",
-    "max_horizon=10",
-    "--set",
-    "initial_step_offset=2",
-]
+TINY = tiny_cli_args()
 STEPS = 8
 
 
@@ -191,7 +175,7 @@ def test_evaluate_plot_and_export(straight, tmp_path, capsys):
     lo_doc, sweep_doc = json.loads(lo_json.read_text()), json.loads(sweep_json.read_text())
     assert lo_doc["format"] == "elo-evaluation" and lo_doc["learning_rate"] is None
     assert lo_doc["steps"] == [0, 3, 6] and len(lo_doc["curves"]["test_loss"]["per_seed"]) == 2
-    assert set(lo_doc["final"]) == {"train_loss", "train_accuracy", "test_loss", "test_accuracy"}
+    assert {"train_loss", "validation_loss", "test_loss", "test_accuracy"} <= set(lo_doc["final"])
     rates = [s["learning_rate"] for s in sweep_doc["sweep"]]
     assert rates == pytest.approx([1e-3, (1e-3 * 0.3) ** 0.5, 0.3])
     assert sweep_doc["select"] == "train_loss" and sweep_doc["learning_rate"] in rates
@@ -242,7 +226,7 @@ def test_a_failed_start_leaves_nothing_that_blocks_the_corrected_command(tmp_pat
     assert main(["meta-train", *typo, *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "mnsit" in err
-    assert not [p.name for p in out.iterdir() if not p.name.startswith(".")]
+    assert not out.exists()  # not even a lock file
     assert main(["meta-train", *TINY, *args]) == 0
     assert json.loads((out / "config.json").read_text())["config"]["tasks"] == [
         "mlp-w32-d1_mnist-8x8x1"
@@ -446,7 +430,7 @@ def test_meta_step_says_it_expects_a_meta_state():
             "--cpu-devices must be 'auto' or a positive integer, got '2_0'",
         ),
         (
-            ["meta-train", "--preset", "pes_small_fc", "--cpu-devices", "3"],
+            ["meta-train", "--preset", "pes_small_fc", "--cpu-devices", "1"],
             "XLA_FLAGS sets --xla_force_host_platform_device_count=4",
         ),
         (
@@ -574,3 +558,35 @@ def test_sigkill_mid_run_then_resume_reproduces_the_straight_run(tmp_path):
     assert bitwise_equal(load_optimizer(killed_dir), load_optimizer(straight_dir))
     assert _without_time(_records(killed_dir)) == _without_time(_records(straight_dir))
     np.testing.assert_equal(len(_records(killed_dir)), steps)
+
+
+def test_validation_on_several_tasks_scores_their_mean_and_keeps_the_best(tmp_path):
+    """--validate-task A,B: each check trains the learned optimizer alone on both tasks; the
+    score is the mean of the two tasks' scores, each kept in the record, and the best-scoring
+    optimizer so far is in best_optimizer.eqx."""
+    out = tmp_path / "run"
+    tasks = ["mlp-w32-d1_mnist-8x8x1", "mlp-w32-d1_fashionmnist-8x8x1"]
+    argv = ["meta-train", *TINY, "--steps", "4", "--out", str(out), "--no-progress"]
+    argv += ["--validate-every", "2", "--validate-steps", "3", "--validate-task", ",".join(tasks)]
+    assert main(argv) == 0
+    checks = [r for r in _records(out) if "validation" in r]
+    assert [r["step"] for r in checks] == [0, 2, 4]
+    for record in checks:
+        validation = record["validation"]
+        assert [t["task"] for t in validation["per_task"]] == tasks
+        scores = [t["score"] for t in validation["per_task"]]
+        assert validation["score"] == pytest.approx(sum(scores) / 2, rel=1e-12)
+        assert scores[0] != scores[1]  # two different problems were scored
+    best = min(checks, key=lambda r: r["validation"]["score"])
+    assert best["best"] and (out / "best_optimizer.eqx").is_file()
+    best_lo = load_optimizer(out / "best_optimizer.eqx")
+    again = elo.validate(best_lo, tasks[0], num_steps=3)
+    assert again.score == pytest.approx(best["validation"]["per_task"][0]["score"], rel=1e-6)
+
+
+@pytest.mark.parametrize("value", [",", "mlp-w32-d1_mnist-8x8x1,mlp-w32-d1_mnist-8x8x1"])
+def test_validation_task_list_errors_name_the_flag(tmp_path, value, capsys):
+    argv = ["meta-train", *TINY, "--steps", "2", "--out", str(tmp_path / "r"), "--no-progress"]
+    argv += ["--validate-every", "1", "--validate-task", value]
+    assert main(argv) == 2
+    assert "--validate-task" in capsys.readouterr().err

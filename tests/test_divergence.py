@@ -19,14 +19,19 @@ class ClimbingTask(AbstractTask):
     steps and stays finite, like an inner problem a bad optimizer drives away from the solution.
     """
 
+    name = "climbing"
+
     def init(self, key):
         return {"w": 0.1 * jr.normal(key, (4,))}
 
     def value(self, params):
         return 1.0 + 100.0 * jnp.sum(params["w"] ** 2)
 
-    def loss(self, params, key):
-        del key
+    def sample_batch(self, key):
+        return key
+
+    def batch_loss(self, params, batch):
+        del batch
         f = self.value(params)
         return jax.lax.stop_gradient(2.0 * f) - f  # value f, gradient -grad f
 
@@ -127,3 +132,40 @@ def test_elo_presets_reset_diverged_problems_and_the_pes_presets_do_not():
 def test_bad_divergence_settings_are_refused(field, value, message):
     with pytest.raises(ValueError, match=message):
         config(**{field: value})
+
+
+def test_the_rule_is_chosen_once_per_task_group():
+    off = elo.internal.build_divergence_rule(config(divergence_factor=0.0), ClimbingTask())
+    assert isinstance(off, elo.internal.NoDivergenceRule)
+    on = elo.internal.build_divergence_rule(
+        config(divergence_factor=4.0, divergence_patience=3), ClimbingTask()
+    )
+    assert isinstance(on, elo.internal.LossBoundRule)
+    assert on.bound == pytest.approx(4.0 * initial_loss(ClimbingTask())) and on.patience == 3
+
+
+def test_loss_bound_rule_counts_consecutive_steps_per_side():
+    rule = elo.internal.LossBoundRule(bound=2.0, patience=2)
+    over, diverged = rule.update(jnp.asarray([0, 1], jnp.int32), jnp.asarray([3.0, 1.0]))
+    np.testing.assert_array_equal(over, [1, 0])  # above: counted; at or under: back to 0
+    assert not bool(diverged)
+    over, diverged = rule.update(over, jnp.asarray([3.0, 1.0]))
+    np.testing.assert_array_equal(over, [2, 0])
+    assert bool(diverged)
+    none = elo.internal.NoDivergenceRule()
+    over, diverged = none.update(jnp.asarray([0, 0], jnp.int32), jnp.asarray([1e9, jnp.inf]))
+    np.testing.assert_array_equal(over, [0, 0])
+    assert not bool(diverged)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(bound=float("inf"), patience=1), "LossBoundRule.bound .* NoDivergenceRule"),
+        (dict(bound=0.0, patience=1), "LossBoundRule.bound must be a finite number > 0, got 0.0"),
+        (dict(bound=1.0, patience=0), "LossBoundRule.patience must be >= 1, got 0"),
+    ],
+)
+def test_bad_loss_bound_rules_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        elo.internal.LossBoundRule(**kwargs)

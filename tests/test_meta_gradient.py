@@ -27,14 +27,15 @@ NUM_SAMPLES = 192
 Z = 5.0  # a false alarm has probability ~6e-7 per coordinate / per projection
 
 
-def setup(horizon: int, truncation: int):
+def setup(horizon: int, truncation: int, max_horizon: int | None = None):
     config = elo.presets.pes_small_fc(
         tasks=("quadratic",),
         num_particles=NUM_PARTICLES,
         truncation_length=truncation,
         horizon="uniform",
         min_horizon=horizon,
-        max_horizon=horizon + 1,  # every horizon is exactly `horizon`
+        # By default every horizon is exactly `horizon`.
+        max_horizon=horizon + 1 if max_horizon is None else max_horizon,
         initial_step_offset=1,  # every particle starts at inner step 0
         task_augmentation=False,
         num_outer_steps=10,
@@ -53,9 +54,9 @@ def unroll_keys(key, num_particles):
     return jax.vmap(jr.split)(keys)[:, 1]
 
 
-def samples(horizon: int, truncation: int):
+def samples(horizon: int, truncation: int, max_horizon: int | None = None):
     """Pre-clip meta-gradients and the true gradient of each sample's deterministic unroll."""
-    config, state, theta, _, weights = setup(horizon, truncation)
+    config, state, theta, _, weights = setup(horizon, truncation, max_horizon)
     problem = state.problems[0]
     particles = state.groups[0]
     estimate = eqx.filter_jit(elo.internal.meta_gradient)
@@ -111,11 +112,11 @@ def test_meta_gradient_is_unbiased_on_a_truncation_without_resets():
 
 
 def test_meta_gradient_is_unbiased_with_a_fresh_restart_inside_the_truncation():
-    """Horizon 4, truncation 8: each inner problem ends after step 4 and restarts fresh (a new
-    initialisation drawn from the step's key) for steps 5-8, which are credited to xi_r + eps
-    with xi_r = 0. (The learned optimizer's first step after a restart is zero, its warmup
-    starts at 0, so a restart needs a few steps to depend on the weights.)"""
-    estimates, truths = samples(horizon=4, truncation=8)
+    """Horizons 4-7, truncation 8: each inner problem ends after step 4 to 7 and restarts fresh
+    (a new initialisation drawn from the step's key) for the remaining steps up to 8, which are
+    credited to xi_r + eps with xi_r = 0. (The learned optimizer's first step after a restart is
+    zero, its warmup starts at 0, so a restart needs a few steps to depend on the weights.)"""
+    estimates, truths = samples(horizon=4, truncation=8, max_horizon=8)
     # Fresh restarts draw new initial parameters per key, so the truths differ per sample.
     assert np.std(truths, axis=0).max() > 0
     assert_unbiased(estimates, truths)

@@ -133,11 +133,16 @@ def test_config_round_trips_through_dict():
 class DivergingTask(AbstractTask):
     """A quadratic whose loss overflows to +inf on particles whose parameters start positive."""
 
+    name = "diverging"
+
     def init(self, key):
         return {"w": jr.normal(key, (4,))}
 
-    def loss(self, params, key):
-        del key
+    def sample_batch(self, key):
+        return key
+
+    def batch_loss(self, params, batch):
+        del batch
         w = params["w"]
         return jnp.sum(w**2) * jnp.where(jnp.sum(w) > 0, jnp.float32(3e38), 1.0)
 
@@ -176,10 +181,11 @@ def test_diverging_inner_problems_are_reset_counted_and_harmless():
     assert np.all(finite | pending)
 
 
-def test_custom_tasks_must_match_names():
+def test_custom_tasks_replace_the_config_names():
     config = elo.presets.pes_small_fc(tasks=("a", "b"), num_particles=4)
-    with pytest.raises(ValueError, match="one task per name"):
-        elo.init(config, key=jr.key(0), tasks=[DivergingTask()])
+    state = elo.init(config, key=jr.key(0), tasks=[DivergingTask()])
+    assert state.config.tasks == (elo.tasks.task_label(DivergingTask()),)
+    assert state.config.tasks[0].startswith("DivergingTask@")
 
 
 def test_cl_small_fc_alternates_cloning_and_learned_unrolls():
@@ -267,3 +273,17 @@ def test_single_cpu_device_runs_its_own_compiled_variant_with_the_same_results(s
         [h["meta_loss"] for h in sharded_history[:3]],
         rtol=1e-4,
     )
+
+
+def test_step_weight_follows_the_expert_only_where_the_warm_start_is_on():
+    alpha = jnp.asarray(0.7, jnp.float32)
+    yes, no = jnp.asarray(True), jnp.asarray(False)
+    for preset in (elo.presets.elo_small_fc, elo.presets.cl_small_fc):
+        on = elo.internal.build_supervision(preset(fresh_init_expert_warm_start=True))
+        off = elo.internal.build_supervision(preset(fresh_init_expert_warm_start=False))
+        assert float(on.step_weight(alpha, yes)) == 0.0
+        assert float(on.step_weight(alpha, no)) == float(alpha)
+        assert float(off.step_weight(alpha, yes)) == float(alpha)
+    none = elo.internal.build_supervision(elo.presets.pes_small_fc())
+    assert not none.follow_expert_on_restart
+    assert float(none.step_weight(alpha, yes)) == float(alpha)

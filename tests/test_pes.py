@@ -243,12 +243,21 @@ def test_combine_moves_accumulator():
     eps = jnp.ones(2)
     xi = jnp.full(2, 3.0)
     restart_xi = jnp.full(2, 10.0)
-    mask = jnp.ones(4, bool)
     no_reset = jnp.zeros(4, bool)
-    _, new_xi = elo.pes_combine(jnp.ones(4), mask, no_reset, eps, xi, restart_xi, sigma=1.0)
+    _, new_xi = elo.pes_combine(jnp.ones(4), no_reset, eps, xi, restart_xi, sigma=1.0)
     np.testing.assert_array_equal(new_xi, xi + eps)
     reset = jnp.asarray([False, False, True, True])
-    g, new_xi = elo.pes_combine(jnp.ones(4), mask, reset, eps, xi, restart_xi, sigma=1.0)
+    g, new_xi = elo.pes_combine(jnp.ones(4), reset, eps, xi, restart_xi, sigma=1.0)
     np.testing.assert_array_equal(new_xi, restart_xi + eps)
     # Two steps credited to xi + eps (=4) and two to xi_r + eps (=11), averaged over 4 steps.
     np.testing.assert_allclose(g, (2 * 4.0 + 2 * 11.0) / 4 / 2, rtol=1e-6)
+    # No mask is an all-true mask, bit for bit; a mask drops steps from the sum and the mean.
+    all_valid, _ = elo.pes_combine(
+        jnp.ones(4), reset, eps, xi, restart_xi, sigma=1.0, mask=jnp.ones(4, bool)
+    )
+    np.testing.assert_array_equal(all_valid, g)
+    first_three = jnp.asarray([True, True, True, False])
+    masked, _ = elo.pes_combine(
+        jnp.ones(4), reset, eps, xi, restart_xi, sigma=1.0, mask=first_three
+    )
+    np.testing.assert_allclose(masked, (2 * 4.0 + 1 * 11.0) / 3 / 2, rtol=1e-6)

@@ -153,7 +153,7 @@ def test_mlp_loss_is_mean_cross_entropy_of_the_sampled_batch(datasets):
 def test_loss_is_batch_loss_of_sample_batch(datasets, seed, scale):
     # Training loops draw their minibatches ahead of the loop: `loss(params, key)` must equal
     # `batch_loss(params, sample_batch(key))` for every task kind (image MLP, CNN, a scaled task,
-    # and a quadratic, which keeps the default "the batch is the key").
+    # and a quadratic, whose "batch" is the key).
     key = jax.random.key(seed)
     mnist = datasets["mnist"]
     kinds = [
@@ -522,3 +522,57 @@ def test_get_task_missing_svhn(tmp_path, monkeypatch):
         tasks.get_task("mlp-w32-d1_svhn-8x8x3", data_dir=tmp_path)
     assert str(tmp_path / "svhn_8x8" / "train.parquet") in str(info.value)
     assert isinstance(info.value, tasks.MissingDataError)
+
+
+class _Bowl(tasks.AbstractTask):
+    """A complete task but for what each test below leaves out."""
+
+    def init(self, key):
+        return {"w": jax.random.normal(key, (3,))}
+
+    def eval_loss(self, params, key):
+        return self.loss(params, key)
+
+    def normalize_loss(self, loss):
+        return jnp.clip(loss, 0.0, 10.0)
+
+
+def test_a_concrete_task_defines_name_sample_batch_and_batch_loss():
+    class Named(_Bowl):
+        name: str = "bowl"
+
+        def sample_batch(self, key):
+            return jax.random.normal(key, (3,))
+
+        def batch_loss(self, params, batch):
+            return jnp.sum((params["w"] - batch) ** 2)
+
+    task = Named()
+    params, key = task.init(jax.random.key(0)), jax.random.key(1)
+    assert task.name == "bowl"
+    assert float(task.loss(params, key)) == float(task.batch_loss(params, task.sample_batch(key)))
+
+    class Nameless(_Bowl):
+        def sample_batch(self, key):
+            return key
+
+        def batch_loss(self, params, batch):
+            return jnp.sum(params["w"] ** 2)
+
+    with pytest.raises(TypeError, match="name"):
+        Nameless()
+
+    class OnlyLoss(_Bowl):  # the training loss is `batch_loss`; `loss` alone is not enough
+        name: str = "bowl"
+
+        def loss(self, params, key):
+            return jnp.sum(params["w"] ** 2)
+
+    with pytest.raises(TypeError, match="batch_loss"):
+        OnlyLoss()
+
+
+def test_task_names_are_one_rule():
+    quadratic = tasks.QuadraticTask(3)
+    assert quadratic.name == "quadratic-d3" == tasks.get_task("quadratic-d3").name
+    assert tasks.ScaledTask(quadratic, 10.0).name == "quadratic-d3"

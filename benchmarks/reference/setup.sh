@@ -8,7 +8,8 @@
 #   VENV    where to create the venv (default /work/refbench/.venv); must be OUTSIDE the repo.
 #           A git SOURCE is extracted to $(dirname VENV)/learned_optimization.
 #   --with-elo  also install this repository (`pip install --no-deps -e`) and elo's runtime
-#           dependencies at versions that work with jax 0.9.0 ("elo under jax 0.9.0" in README).
+#           dependencies at versions that work with jax 0.9.0 (see the section
+#           "elo under jax 0.9.0" in benchmarks/reference/README.md).
 #
 # Versions are pinned (top-level below, everything else through requirements-reference.txt,
 # the `pip freeze` of the venv this was tested with). Only PyPI is used.
@@ -24,7 +25,7 @@ for a in "$@"; do
     *) args+=("$a") ;;
   esac
 done
-[ "${#args[@]}" -ge 1 ] || { sed -n 2,16p "$0"; exit 2; }
+[ "${#args[@]}" -ge 1 ] || { sed -n 2,15p "$0"; exit 2; }
 src="${args[0]}"
 venv="${args[1]:-/work/refbench/.venv}"
 python="${PYTHON:-python3.11}"

@@ -4,6 +4,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .. import __version__
 from .._io import CheckpointError
 from . import _evaluate, _export, _meta_train, _plot
 from ._common import ArgumentParser, CLIError
@@ -19,6 +20,7 @@ examples:
   elo evaluate adamw --task mlp-w128-d3_fashionmnist-8x8x1 --steps 1000 --seeds 3 --lr-sweep
   elo plot runs/elo runs/elo/evaluations/*.json evaluations/*.json
   elo export runs/elo --format pylo
+  elo --version
 
 Run 'elo COMMAND --help' for a command's options. Set ELO_DEBUG=1 to see tracebacks.
 """
@@ -27,6 +29,9 @@ Run 'elo COMMAND --help' for a command's options. Set ELO_DEBUG=1 to see traceba
 def build_parser() -> ArgumentParser:
     """The argument parser of the `elo` command."""
     parser = ArgumentParser(prog="elo", description=DESCRIPTION)
+    parser.add_argument(
+        "--version", action="version", version=f"elo {__version__}", help="print the version"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in (_meta_train, _evaluate, _plot, _export):
         module.add_parser(subparsers)

@@ -3,9 +3,11 @@
 import argparse
 import dataclasses
 import math
+import tempfile
 import types
 import typing
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .._config import MetaConfig
@@ -25,6 +27,30 @@ class CLIError(Exception):
     """An error reported to the user as one line on stderr, with exit status 2."""
 
 
+def check_writable(path: Path, flag: str) -> None:
+    """Raise a [`CLIError`][] unless a file can be written at `path`, so that a long command
+    fails before its work rather than after it.
+
+    The nearest existing directory on the way to `path` is tried by creating (and removing) a
+    temporary file in it; missing directories below it are created only when the file is
+    written.
+    """
+    if path.is_dir():
+        raise CLIError(f"{flag} {path} is a directory; give a file name, e.g. {path / 'out.json'}.")
+    existing = path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise CLIError(f"{flag} {path}: {existing} is not a directory; choose another {flag}.")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise CLIError(
+            f"{flag} {path}: cannot write in {existing} ({e.strerror or e}); choose another {flag}."
+        ) from None
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """`argparse.ArgumentParser` whose usage errors become a [`CLIError`][] (one line, no usage
     dump), and whose help keeps the examples' line breaks."""
@@ -34,7 +60,8 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> typing.NoReturn:
-        raise CLIError(f"{self.prog}: {message} (see '{self.prog} --help')")
+        # `main` prints the "elo: error: " prefix; the help hint names the subcommand.
+        raise CLIError(f"{message} (see '{self.prog} --help')")
 
 
 _TRUE = ("true", "1", "yes", "on")

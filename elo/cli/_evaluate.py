@@ -3,7 +3,11 @@
 import argparse
 import dataclasses
 import json
+import os
 import re
+import sys
+import tempfile
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -18,44 +22,90 @@ from .._evaluate import (
 )
 from .._export import load_optimizer
 from .._io import atomic_write
-from .._pretrained import PRETRAINED_SCHEME
-from ._common import CLIError, load_pretrained as _pretrained
+from .._pretrained import available_pretrained, PRETRAINED_SCHEME
+from .._tuning import compare, Comparison, COMPARISON_FORMAT, TUNED_BASELINES
+from ..tasks import list_tasks
+from ._common import check_writable, CLIError, load_pretrained as _pretrained
+from ._task_factory import is_factory, load_factory_tasks, TASK_HELP
 
 
 DESCRIPTION = """\
 Train a task from scratch with an optimizer and report its learning curves.
 
-TARGET is a run directory of 'elo meta-train' (its latest checkpoint), a checkpoint file, an
-optimizer exported with 'elo export --format eqx', or a hand-designed optimizer: adamw, adam,
-sgd (no momentum) or muon, with a constant learning rate (--lr, or --lr-sweep to tune it). A
-learned optimizer runs alone (no expert) and is told the run length (--steps).
+{targets}
+
+{tasks}
 
 Every seed (and every learning rate of a sweep) trains in one compiled program. Seed s draws the
 initial parameters and the minibatches from jax.random.key(s), so all optimizers see the same
 data. Train/test loss and accuracy over the whole splits are measured every --eval-every steps.
 A sweep selects the learning rate with the lowest final loss on the TRAIN split (mean over seeds;
---select test_loss picks by the test split instead). Prints a table and writes a JSON file.
+--select validation_loss or test_loss picks by another split). Prints a table and writes a JSON
+file.
+
+--baselines adamw,muon,sgd compares TARGET with tuned baselines instead: AdamW, Muon and SGD
+with momentum 0.9, each with linear warmup and cosine decay, their peak learning rate swept over
+--sweep values on a log grid (TARGET's learning-rate multiplier if it is a learned optimizer).
+Every choice is made on the task's VALIDATION split; the table reports the chosen setting's final
+and best test loss, how many values diverged, and the steps it needs to reach tuned AdamW's final
+test loss (AdamW is always tuned).
 
 examples:
   elo evaluate runs/elo --task mlp-w128-d3_fashionmnist-8x8x1 --steps 1000 --seeds 3
+  elo evaluate pretrained:small_fc_mnist8 --task conv-c16-d2_cifar10-8x8x3 --steps 1000
   elo evaluate adamw --task conv-c16-d2_cifar10-8x8x3 --steps 1000 --lr-sweep
   elo evaluate adamw --task mlp-w128-d3_fashionmnist-8x8x1 --steps 5000 --lr-sweep \\
       --lr-min 1e-4 --lr-max 1e-1 --lr-num 7 --out evals/adamw.json
+  elo evaluate runs/elo --task mlp-w128-d3_fashionmnist-8x8x1 --steps 2000 \\
+      --baselines adamw,muon,sgd --sweep 7 --seeds 3
+  elo evaluate runs/mine --task mytasks:make_task --steps 1000 --seeds 3
 """
+
+
+def _targets_help() -> str:
+    return textwrap.fill(
+        "TARGET is a run directory of 'elo meta-train' (its latest checkpoint), a checkpoint "
+        "file, an optimizer exported with 'elo export --format eqx', a learned optimizer shipped "
+        f"with elo (pretrained:NAME, NAME one of: {', '.join(available_pretrained())}), or a "
+        "hand-designed optimizer: adamw, adam, sgd (no momentum) or muon, with a constant "
+        "learning rate (--lr, or --lr-sweep to tune it). A learned optimizer runs alone (no "
+        "expert) and is told the run length (--steps).",
+        width=96,
+        break_on_hyphens=False,
+    )
+
+
+def _tasks_help() -> str:
+    return textwrap.fill(
+        f"--task names a task: {', '.join(list_tasks())}, or any of the forms "
+        "mlp-w{width}-d{depth}_{dataset}-{H}x{W}x{C}, "
+        "conv-c{channels}-d{depth}_{dataset}-{H}x{W}x{C} and quadratic-d{dim} (datasets: mnist, "
+        "fashionmnist, cifar10, svhn). In Python, elo.tasks.list_tasks() lists the names and "
+        "help(elo.tasks.get_task) explains the forms.",
+        width=96,
+        break_on_hyphens=False,
+    )
 
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "evaluate",
         help="evaluate an optimizer on a task (learning curves, LR sweeps)",
-        description=DESCRIPTION,
+        description=DESCRIPTION.format(targets=_targets_help(), tasks=_tasks_help()),
     )
     parser.add_argument(
         "target",
         metavar="TARGET",
-        help="run directory, checkpoint, exported optimizer, or adamw/adam/sgd/muon",
+        help="run directory, checkpoint, exported optimizer, pretrained:NAME, or "
+        "adamw/adam/sgd/muon",
     )
-    parser.add_argument("--task", required=True, metavar="NAME", help="the task to train")
+    parser.add_argument(
+        "--task",
+        required=True,
+        metavar="TASK",
+        help=f"the task to train: {TASK_HELP} (names: see above; each task of a list is "
+        "evaluated in turn)",
+    )
     parser.add_argument("--steps", required=True, type=int, metavar="N", help="training steps")
     parser.add_argument("--seeds", type=int, default=1, metavar="K", help="seeds 0..K-1 (1)")
     parser.add_argument(
@@ -70,9 +120,17 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--lr-num", type=int, default=7, help="sweep grid size (7)")
     parser.add_argument(
         "--select",
-        choices=("train_loss", "test_loss"),
+        choices=("train_loss", "validation_loss", "test_loss"),
         default="train_loss",
         help="what the sweep minimises at the last step (train_loss)",
+    )
+    parser.add_argument(
+        "--baselines",
+        metavar="LIST",
+        help=f"compare with tuned baselines, comma-separated from {','.join(TUNED_BASELINES)}",
+    )
+    parser.add_argument(
+        "--sweep", type=int, metavar="N", help="values per optimizer with --baselines (7)"
     )
     parser.add_argument("--batch-size", type=int, default=64, help="minibatch size (64)")
     parser.add_argument("--data-dir", metavar="DIR", help="directory searched first for data")
@@ -104,14 +162,15 @@ def _resolve_target(target: str) -> tuple[Any, str, Path | None]:
 
 def _default_out(label: str, run_dir: Path | None, task: str, steps: int) -> Path:
     if run_dir is not None:
-        return run_dir / "evaluations" / f"{task}-{steps}.json"
-    return Path("evaluations") / f"{_slug(Path(label).name)}_{task}-{steps}.json"
+        return run_dir / "evaluations" / f"{_slug(task)}-{steps}.json"
+    return Path("evaluations") / f"{_slug(Path(label).name)}_{_slug(task)}-{steps}.json"
 
 
-def _fmt(pair: tuple[float, float], digits: int = 4) -> str:
+def _fmt(pair: tuple[float, float], digits: int = 4, *, missing: str = "diverged") -> str:
+    """`mean ± std`; a NaN mean is `missing` (a diverged loss, or an accuracy the task lacks)."""
     mean, std = pair
     if mean != mean:  # NaN
-        return "diverged"
+        return missing
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
@@ -130,8 +189,8 @@ def _row(result: Evaluation, mark: str = "") -> list[str]:
         lr,
         _fmt(result.final("train_loss")),
         _fmt(result.final("test_loss")),
-        _fmt(result.final("test_accuracy")),
-        _fmt(result.best("test_accuracy")),
+        _fmt(result.final("test_accuracy"), missing="–"),
+        _fmt(result.best("test_accuracy"), missing="–"),
     ]
 
 
@@ -150,7 +209,7 @@ def evaluation_document(
     document["sweep"] = None
     document["select"] = select
     if sweep is not None:
-        assert select in ("train_loss", "test_loss")
+        assert select in ("train_loss", "validation_loss", "test_loss")
         document["sweep"] = [
             {
                 "learning_rate": r.learning_rate,
@@ -168,16 +227,40 @@ def _finite(x: float) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if isinstance(args.task, str) and is_factory(args.task):
+        tasks = load_factory_tasks(args.task)
+        if len(tasks) > 1 and args.out:
+            raise CLIError(
+                f"--out names one file, but --task {args.task} gives {len(tasks)} tasks; leave "
+                "--out out to write one file per task."
+            )
+        names = [task.name for task in tasks]
+        if len(set(names)) != len(names):
+            raise CLIError(
+                f"--task {args.task} gives tasks with the same name ({', '.join(names)}), whose "
+                "results would overwrite each other; give each task its own name= ."
+            )
+        for task in tasks:
+            run(argparse.Namespace(**{**vars(args), "task": task}))
+        return 0
     if args.steps < 1:
         raise CLIError(f"--steps must be a positive integer, got {args.steps}.")
     if args.seeds < 1:
         raise CLIError(f"--seeds must be a positive integer, got {args.seeds}.")
+    if args.baselines is None and args.sweep is not None:
+        raise CLIError("--sweep applies with --baselines; use --lr-sweep to tune TARGET alone.")
     optimizer, label, run_dir = _resolve_target(args.target)
+    if args.baselines is not None:
+        return _run_comparison(args, optimizer, label, run_dir)
     hand = isinstance(optimizer, str)
     if not hand and (args.lr_sweep or args.lr is not None):
         raise CLIError("--lr and --lr-sweep apply to hand-designed optimizers only.")
     if args.lr_sweep and args.lr is not None:
         raise CLIError("give either --lr or --lr-sweep, not both.")
+    # Checked before training: a result that could not be written would be lost.
+    task_label = args.task if isinstance(args.task, str) else args.task.name
+    out = Path(args.out) if args.out else _default_out(label, run_dir, task_label, args.steps)
+    check_writable(out, "--out")
     common = dict(
         num_steps=args.steps,
         seeds=args.seeds,
@@ -209,12 +292,122 @@ def run(args: argparse.Namespace) -> int:
         print(f"* selected: lowest final {args.select.replace('_', ' ')}")
     else:
         print(_table([_row(result)], HEADER))
-    out = Path(args.out) if args.out else _default_out(label, run_dir, result.task, args.steps)
     document = evaluation_document(label, result, sweep, args.select if sweep else None)
-    atomic_write(out, [json.dumps(document, allow_nan=False).encode() + b"\n"])
+    data = json.dumps(document, allow_nan=False).encode() + b"\n"
+    try:
+        atomic_write(out, [data])
+    except OSError as e:
+        raise CLIError(f"could not write {out} ({e.strerror or e}); {_keep(data)}.") from None
     print(f"wrote {out}")
     return 0
 
 
+def _keep(data: bytes) -> str:
+    """Save a result that could not be written where asked (the training it cost is not lost)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix="elo-evaluation-", suffix=".json")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except OSError:
+        sys.stdout.write(data.decode())
+        return "the result is printed above"
+    return f"the result is kept in {name}"
+
+
 def _relabel(result: Evaluation, label: str) -> Evaluation:
     return dataclasses.replace(result, name=label)
+
+
+def _baselines(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TUNED_BASELINES]
+    if not names or unknown:
+        raise CLIError(
+            f"--baselines must list names among {','.join(TUNED_BASELINES)}, got {text!r}."
+        )
+    return list(dict.fromkeys(names))
+
+
+def _comparison_rows(result: Comparison) -> list[list[str]]:
+    rows = []
+    for tuned, steps in zip(result.tuned, result.steps_to_target):
+        value = tuned.value
+        setting = f"lr {value:.3g}" if tuned.hyperparameter == "learning_rate" else f"x{value:.3g}"
+        diverged = sum(tuned.diverged)
+        rows.append(
+            [
+                tuned.name,
+                setting,
+                _fmt(tuned.best.final("validation_loss")),
+                _fmt(tuned.best.final("test_loss")),
+                _fmt(tuned.best.best("test_loss")),
+                _fmt(tuned.best.final("test_accuracy"), missing="–"),
+                f"{diverged}/{len(tuned.values)}",
+                "never" if steps is None else str(steps),
+            ]
+        )
+    return rows
+
+
+COMPARISON_HEADER = [
+    "optimizer",
+    "chosen",
+    "val loss",
+    "test loss",
+    "best test loss",
+    "test acc",
+    "diverged",
+    "steps to AdamW",
+]
+
+
+def comparison_document(target: str, result: Comparison) -> dict[str, Any]:
+    """The JSON document `elo evaluate --baselines` writes: [`elo.Comparison.to_dict`][]."""
+    return {"format": COMPARISON_FORMAT, "version": 1, "target": target, **result.to_dict()}
+
+
+def _run_comparison(args: argparse.Namespace, optimizer: Any, label: str, run_dir: Any) -> int:
+    if args.lr is not None or args.lr_sweep:
+        raise CLIError("--baselines tunes every optimizer itself; drop --lr and --lr-sweep.")
+    if args.sweep is not None and args.sweep < 1:
+        raise CLIError(f"--sweep must be a positive integer, got {args.sweep}.")
+    baselines = _baselines(args.baselines)
+    if isinstance(optimizer, str) and optimizer not in TUNED_BASELINES:
+        raise CLIError(
+            f"--baselines compares tuned optimizers: TARGET must be a learned optimizer or one of "
+            f"{', '.join(TUNED_BASELINES)}, got {optimizer!r}."
+        )
+    optimizers = [optimizer, *(b for b in baselines if b != optimizer)]
+    names = [label, *(b for b in baselines if b != optimizer)]
+    # Checked before training: a result that could not be written would be lost.
+    if args.out:
+        out = Path(args.out)
+    else:
+        task_label = args.task if isinstance(args.task, str) else args.task.name
+        out = _default_out(label, run_dir, f"{task_label}-tuned", args.steps)
+    check_writable(out, "--out")
+    result = compare(
+        optimizers,
+        args.task,
+        num_steps=args.steps,
+        num_values=7 if args.sweep is None else args.sweep,
+        seeds=args.seeds,
+        eval_every=args.eval_every,
+        names=names,
+        batch_size=args.batch_size,
+        data_dir=args.data_dir,
+    )
+    first = result.tuned[0].best
+    print(f"task {result.task}, {first.num_steps} steps, seeds {list(first.seeds)} (mean ± std)")
+    print(_table(_comparison_rows(result), COMPARISON_HEADER))
+    print(
+        "chosen on the validation split; steps to AdamW: first evaluation point with a test "
+        f"loss <= {result.target_loss:.4f} (tuned AdamW's final)"
+    )
+    data = json.dumps(comparison_document(label, result), allow_nan=False).encode() + b"\n"
+    try:
+        atomic_write(out, [data])
+    except OSError as e:
+        raise CLIError(f"could not write {out} ({e.strerror or e}); {_keep(data)}.") from None
+    print(f"wrote {out}")
+    return 0

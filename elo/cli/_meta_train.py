@@ -16,19 +16,21 @@ import jax
 import jax.random as jr
 
 from .. import distributed, presets
-from .._build import build_meta_optimizer
-from .._checkpoint import load, optimizer_spec, save
+from .._build import build_meta_optimizer, config_with_tasks
+from .._checkpoint import load, save
 from .._config import MetaConfig
-from .._cpu import use_cpu_cores
-from .._export import load_optimizer
+from .._cpu import available_cores, use_cpu_cores
+from .._export import load_optimizer, optimizer_spec
 from .._io import atomic_write, CheckpointError, remove_stale_temporaries
 from .._mesh import particle_mesh, place
 from .._meta_step import meta_step
 from .._run_dir import BEST_OPTIMIZER, CONFIG_FILE, METRICS_FILE, RUN_CHECKPOINT
 from .._state import init, MetaState
+from ..tasks import AbstractTask
 from ._common import CLIError, parse_overrides
 from ._metrics_file import clean_record, read_validation, repair_metrics
 from ._run_dir_guard import check_run_dir, locked, replace_earlier_start
+from ._task_factory import resolve_tasks, TASK_HELP
 from ._validator import validation_settings, Validator
 
 
@@ -57,6 +59,11 @@ examples:
   elo meta-train --preset elo_small_fc_cpu --steps 400 --init-from runs/elo --out runs/elo-2
   elo meta-train --preset elo_small_fc_cpu --set num_particles=8 \\
       --set tasks=mlp-w32-d1_mnist-8x8x1,mlp-w32-d1_cifar10-8x8x3
+  elo meta-train --preset elo_small_fc_cpu --task mytasks:make_task \\
+      --task mlp-w32-d1_mnist-8x8x1 --out runs/mine
+
+--task (repeatable) gives the tasks as objects: config.json then records each as
+name@fingerprint (its shapes), and the run resumes only with tasks of the same fingerprints.
 """
 
 
@@ -101,6 +108,13 @@ def add_parser(subparsers: Any) -> None:
         "comma-separated; optional fields take 'none')",
     )
     parser.add_argument(
+        "--task",
+        action="append",
+        default=[],
+        metavar="TASK",
+        help=f"a meta-training task, instead of the preset's tasks (repeatable): {TASK_HELP}",
+    )
+    parser.add_argument(
         "--checkpoint-every",
         type=int,
         default=50,
@@ -132,9 +146,10 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--validate-task",
-        metavar="NAME",
-        help="the validation task (default: the first meta-training task; its validation split "
-        "is scored)",
+        metavar="TASK[,TASK...]",
+        help="the validation task, a name or package.module:factory (default: the first "
+        "meta-training task; its validation split is scored); with several, comma-separated, "
+        "the score is the mean of theirs",
     )
     parser.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
     parser.add_argument(
@@ -230,13 +245,25 @@ def configure_cpu_devices(setting: str) -> None:
     count = int(setting) if setting.isascii() and setting.isdigit() else 0
     if count < 1:
         raise CLIError(f"--cpu-devices must be 'auto' or a positive integer, got {setting!r}.")
+    cores = available_cores()
+    if count > cores:
+        raise CLIError(
+            f"--cpu-devices {count} is more than the {cores} CPU cores this process may use; "
+            f"give at most {cores}, or auto (one device per core)."
+        )
     try:
         use_cpu_cores(count)
     except RuntimeError as e:
         raise CLIError(str(e)) from None
 
 
+# JAX makes a key from the low 32 bits of a seed: seeds that differ above them share a key.
+MAX_SEED = 2**32 - 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.seed <= MAX_SEED:
+        raise CLIError(f"--seed must be an integer from 0 to {MAX_SEED}, got {args.seed}.")
     if not args.distributed:
         configure_cpu_devices(args.cpu_devices)
     else:
@@ -249,7 +276,16 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("elo").setLevel(logging.INFO)
         distributed.initialize()
     config = build_config(args.preset, args.steps, args.set)
-    validation = validation_settings(args, config)
+    tasks = None
+    if args.task:
+        if any(item.partition("=")[0].strip() == "tasks" for item in args.set):
+            raise CLIError("give the tasks either with --task or with --set tasks=..., not both.")
+        tasks = resolve_tasks(args.task, batch_size=config.batch_size, data_dir=config.data_dir)
+        try:
+            config = config_with_tasks(config, tasks)
+        except (TypeError, ValueError) as e:
+            raise CLIError(f"--task: {e}") from None
+    validation = validation_settings(args, config, tasks)
     if args.checkpoint_every < 1:
         raise CLIError(
             f"--checkpoint-every must be a positive integer, got {args.checkpoint_every}."
@@ -263,11 +299,13 @@ def run(args: argparse.Namespace) -> int:
     }
     if init_from is not None:
         record["init_from"] = str(init_from)
+    if tasks is not None:
+        record["task"] = list(args.task)
     if out.exists() and not out.is_dir():
         raise CLIError(f"--out {out} exists and is not a directory.")
     writer = jax.process_index() == 0
     with locked(out) if writer else contextlib.nullcontext():
-        return _run(args, out, record, config, validation, init_from)
+        return _run(args, out, record, config, validation, init_from, tasks)
 
 
 def _run(
@@ -277,6 +315,7 @@ def _run(
     config: MetaConfig,
     validation: tuple | None,
     init_from: Path | None,
+    tasks: list[AbstractTask] | None = None,
 ) -> int:
     kind, earlier = check_run_dir(out, record, config)
     writer = jax.process_index() == 0
@@ -288,7 +327,7 @@ def _run(
 
     key = jr.key(args.seed)
     init_key, run_key = jr.split(key)
-    state = init(config, key=init_key)
+    state = init(config, key=init_key, tasks=tasks)
     if checkpoint.is_file():
         state = load(checkpoint, like=state)
     elif init_from is not None:
@@ -393,54 +432,52 @@ def _loop(
     )
     step = start
     saved_at = start
-    stack = contextlib.ExitStack()
-    dog = stack.enter_context(watchdog)
-    try:
-        for t in range(start, total):
-            started = time.perf_counter()
-            with dog.step(t) if dog is not None else contextlib.nullcontext():
-                new_state = meta_step(state, jr.fold_in(run_key, t))
-                metrics = new_state.metrics.to_dict()
-            line = clean_record(
-                {"step": t + 1, "seconds": time.perf_counter() - started, **metrics}
-            )
-            if metrics_file is not None:
-                metrics_file.write(json.dumps(line, allow_nan=False) + "\n")
-            # The metrics line is written before the state advances, so an interruption
-            # anywhere leaves the file holding at least the checkpoint's steps.
-            state, step = new_state, t + 1
-            if validator is not None and validator.due(step, total):
-                validator(state, step, metrics_file)
-            if t == start:
-                bar.close()
-                bar = progress(step, "meta-train", leave=True)
-            else:
-                bar.update(1)
-            bar.set_postfix(meta_loss=f"{metrics['meta_loss']:.4f}", refresh=False)
-            if step % every == 0 or step == total:
+    with watchdog as dog:
+        try:
+            for t in range(start, total):
+                started = time.perf_counter()
+                with dog.step(t) if dog is not None else contextlib.nullcontext():
+                    new_state = meta_step(state, jr.fold_in(run_key, t))
+                    metrics = new_state.metrics.to_dict()
+                line = clean_record(
+                    {"step": t + 1, "seconds": time.perf_counter() - started, **metrics}
+                )
+                if metrics_file is not None:
+                    metrics_file.write(json.dumps(line, allow_nan=False) + "\n")
+                # The metrics line is written before the state advances, so an interruption
+                # anywhere leaves the file holding at least the checkpoint's steps.
+                state, step = new_state, t + 1
+                if validator is not None and validator.due(step, total):
+                    validator(state, step, metrics_file)
+                if t == start:
+                    bar.close()
+                    bar = progress(step, "meta-train", leave=True)
+                else:
+                    bar.update(1)
+                bar.set_postfix(meta_loss=f"{metrics['meta_loss']:.4f}", refresh=False)
+                if step % every == 0 or step == total:
+                    save_now()
+                    saved_at = step
+        except KeyboardInterrupt:
+            bar.close()
+            if saved_at != step:
                 save_now()
-                saved_at = step
-    except KeyboardInterrupt:
-        bar.close()
-        if saved_at != step:
-            save_now()
-            done = f"checkpoint saved at outer step {step}"
-        elif step > 0:
-            done = f"the checkpoint of outer step {step} is up to date"
-        else:
-            done = "no checkpoint was written yet"
-        again = "resume" if step > 0 else "start again"
-        print(
-            f"Interrupted at outer step {step}; {done}. Rerun the same command to {again}.",
-            file=sys.stderr,
-        )
-        return 130
-    finally:
-        stack.close()
-        bar.close()
-        if metrics_file is not None:
-            metrics_file.close()
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
+                done = f"checkpoint saved at outer step {step}"
+            elif step > 0:
+                done = f"the checkpoint of outer step {step} is up to date"
+            else:
+                done = "no checkpoint was written yet"
+            again = "resume" if step > 0 else "start again"
+            print(
+                f"Interrupted at outer step {step}; {done}. Rerun the same command to {again}.",
+                file=sys.stderr,
+            )
+            return 130
+        finally:
+            bar.close()
+            if metrics_file is not None:
+                metrics_file.close()
+            if in_main_thread:
+                signal.signal(signal.SIGTERM, previous)
     print(f"{out}: {total} outer steps done; checkpoint {checkpoint}.")
     return 0

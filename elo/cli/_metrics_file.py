@@ -1,10 +1,10 @@
 """The metrics file of a run directory: one JSON record per outer step, plus validation records.
 
-Written by `elo meta-train`, read by `elo plot` and the benchmarks. Reading never stops at a bad
-line: unreadable lines are skipped (and, on resume, kept aside and reported).
+Written by `elo meta-train`; read with [`elo.read_metrics`][] / [`elo.read_validation`][], which
+never stop at a bad line: unreadable lines are skipped (reported by `elo plot`; on resume, kept
+aside and reported).
 """
 
-import json
 import math
 import shutil
 import sys
@@ -13,6 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from .._io import atomic_write
+from .._run_dir import (
+    read_metrics as read_metrics,
+    read_validation as read_validation,
+    scan_records,
+)
 
 
 def clean_record(record: dict[str, Any]) -> dict[str, Any]:
@@ -20,55 +25,6 @@ def clean_record(record: dict[str, Any]) -> dict[str, Any]:
     return {
         k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()
     }
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The per-outer-step records of a metrics file (see [`read_records`][])."""
-    return [r for r in read_records(path) if "validation" not in r]
-
-
-def read_validation(path: Path) -> list[dict[str, Any]]:
-    """The validation records of a metrics file (written by `--validate-every`)."""
-    return [r for r in read_records(path) if isinstance(r.get("validation"), dict)]
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Every valid record of a metrics file. Unreadable lines are skipped (`elo meta-train`
-    reports them and keeps a copy when it resumes), and so is a torn last line."""
-    return [record for _, record in scan_records(path)[0]]
-
-
-def scan_records(path: Path) -> tuple[list[tuple[bytes, dict[str, Any]]], list[int], bool]:
-    """Read a metrics file line by line.
-
-    **Arguments:**
-
-    - `path`: a `metrics.jsonl`; a missing file has no records.
-
-    **Returns:**
-
-    `(records, unreadable, torn)`: every valid record with its line as written, the 1-based
-    numbers of the complete lines that are not a JSON object with an integer `step`, and whether
-    the last line is torn (no final newline: the writer was killed mid-line).
-    """
-    records, unreadable, torn = [], [], False
-    if not path.is_file():
-        return records, unreadable, torn
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.endswith(b"\n"):
-                torn = True
-                break
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
-            step = record.get("step") if isinstance(record, dict) else None
-            if isinstance(step, int) and not isinstance(step, bool):
-                records.append((line, record))
-            else:
-                unreadable.append(number)
-    return records, unreadable, torn
 
 
 def repair_metrics(path: Path, step: int) -> None:

@@ -1,31 +1,35 @@
 """`elo plot`: meta-training curves and evaluation curves as PNG files."""
 
 import argparse
+import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._evaluate import Evaluation, EVALUATION_FORMAT
-from .._run_dir import METRICS_FILE
+from .._run_dir import METRICS_FILE, read_metrics, read_validation, scan_records
+from .._tuning import COMPARISON_FORMAT
 from ._common import CLIError
-from ._metrics_file import read_metrics, read_validation
 
 
 DESCRIPTION = """\
 Plot meta-training runs and evaluations.
 
-Each PATH is a run directory of 'elo meta-train' (its metrics.jsonl) or an evaluation JSON
-file of 'elo evaluate'. Runs are drawn together on one figure (meta-loss, largest inner step
-reached, alpha = the learned optimizer's weight in the fused trajectory); evaluations on another
-(training minibatch loss, test loss, test accuracy; mean over seeds with a ± std band), every
-optimizer on the same axes.
+Each PATH is a run directory of 'elo meta-train' (its metrics.jsonl) or a JSON file of 'elo
+evaluate' (an evaluation, a sweep's chosen run, or the chosen run of every optimizer of
+--baselines). Runs are drawn together on one figure (meta-loss, largest inner step reached,
+alpha = the learned optimizer's weight in the fused trajectory); evaluations on another (training
+minibatch loss, test loss, test accuracy; mean over seeds with a ± std band), every optimizer on
+the same axes.
 
 examples:
   elo plot runs/elo
   elo plot runs/elo runs/pes --out meta.png
   elo plot runs/elo/evaluations/*.json evaluations/adamw_*.json --out eval.png
+  elo plot runs/elo/evaluations/mlp-w128-d3_fashionmnist-8x8x1-tuned-2000.json
 """
 
 
@@ -65,14 +69,25 @@ def _window(n: int, requested: int) -> int:
     return requested if requested > 0 else max(1, n // 50)
 
 
-def _load_evaluation(path: Path) -> Evaluation:
+def _load_evaluations(path: Path) -> list[Evaluation]:
+    """One evaluation, or the chosen run of every optimizer of a comparison (`--baselines`)."""
     try:
         data = json.loads(path.read_text())
-        if data.get("format") != EVALUATION_FORMAT:
-            raise ValueError
-        return Evaluation.from_dict(data)
+        if data.get("format") == EVALUATION_FORMAT:
+            return [Evaluation.from_dict(data)]
+        if data.get("format") == COMPARISON_FORMAT:
+            return [_chosen(o) for o in data["optimizers"]]
+        raise ValueError
     except (OSError, ValueError, KeyError, TypeError):
         raise CLIError(f"{path} is not a readable evaluation file of 'elo evaluate'.") from None
+
+
+def _chosen(optimizer: dict[str, Any]) -> Evaluation:
+    result = Evaluation.from_dict(optimizer["evaluation"])
+    if optimizer["hyperparameter"] == "learning_rate_multiplier":
+        name = f"{result.name} (×{optimizer['selected_value']:.3g})"
+        result = dataclasses.replace(result, name=name)
+    return result
 
 
 def _classify(paths: list[str]) -> tuple[list[Path], list[Path]]:
@@ -197,21 +212,42 @@ def _with_suffix(out: Path, suffix: str) -> Path:
     return out.with_name(f"{out.stem}-{suffix}{out.suffix or '.png'}")
 
 
+def _warn_unreadable(run: Path) -> None:
+    """Say which lines of a run's metrics file the plot leaves out (as `elo meta-train` does)."""
+    _, unreadable, _ = scan_records(run / METRICS_FILE)
+    if unreadable:
+        shown = ", ".join(map(str, unreadable[:5])) + (", ..." if len(unreadable) > 5 else "")
+        plural = "s" if len(unreadable) > 1 else ""
+        print(
+            f"elo: warning: {run / METRICS_FILE}: {len(unreadable)} unreadable line{plural} "
+            f"({shown}) left out of the plot.",
+            file=sys.stderr,
+        )
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.smooth < 0:
+        raise CLIError(
+            f"--smooth must be 0 (automatic), 1 (none) or a larger window, got {args.smooth}."
+        )
+    given = None if not args.out else Path(args.out)
+    if given is not None and not given.suffix:
+        # matplotlib would add ".png" itself; the name printed must be the file written.
+        given = given.with_name(given.name + ".png")
     runs, eval_paths = _classify(args.paths)
-    results = [_load_evaluation(p) for p in eval_paths]
+    for path in runs:
+        _warn_unreadable(path)
+    results = [r for p in eval_paths for r in _load_evaluations(p)]
     written = []
     if runs:
-        if args.out:
-            out = Path(args.out)
-            out = _with_suffix(out, "meta") if results else out
+        if given is not None:
+            out = _with_suffix(given, "meta") if results else given
         else:
             out = runs[0] / "meta_training.png"
         written.append(plot_meta_training(runs, out, args.smooth))
     if results:
-        if args.out:
-            out = Path(args.out)
-            out = _with_suffix(out, "eval") if runs else out
+        if given is not None:
+            out = _with_suffix(given, "eval") if runs else given
         else:
             out = eval_paths[0].parent / "evaluation.png"
         written.append(plot_evaluations(results, out, args.smooth))

@@ -21,7 +21,12 @@ from ._metrics_file import aside_name
 @contextlib.contextmanager
 def locked(out: Path) -> Iterator[None]:
     """Hold `out/.lock` while this process uses the run directory: a second `elo meta-train` on
-    it would interleave its metrics and checkpoints with ours."""
+    it would interleave its metrics and checkpoints with ours.
+
+    A command that fails before writing anything else leaves no trace: the lock file goes, and
+    so does the directory if this command created it.
+    """
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     with open(out / LOCK_FILE, "a+") as f:
         try:
@@ -40,7 +45,15 @@ def locked(out: Path) -> Iterator[None]:
             f.truncate(0)
             f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
             f.flush()
-        yield
+        try:
+            yield
+        except BaseException:
+            if [p.name for p in out.iterdir()] == [LOCK_FILE]:
+                with contextlib.suppress(OSError):
+                    (out / LOCK_FILE).unlink()
+                    if created:
+                        out.rmdir()
+            raise
 
 
 def check_run_dir(out: Path, record: dict[str, Any], config: MetaConfig) -> tuple[str, str]:

@@ -90,6 +90,11 @@ class AbstractMLPOptimizer(AbstractLearnedOptimizer[LOState]):
         """Zero accumulators for `params` (see [`elo.optimizers.LOState`][]); `num_steps` is
         stored as an `int32` array."""
         check_float_leaves(params, what="params")
+        if isinstance(num_steps, int) and num_steps >= 2**31:
+            raise ValueError(
+                f"{type(self).__name__}.init: num_steps = {num_steps} does not fit the state's "
+                "int32 step counter; give a run length below 2**31."
+            )
         return init_accumulators(
             params,
             num_steps,

@@ -5,12 +5,17 @@ import numbers
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
+from jaxtyping import Array
 
 from .._custom_types import Params, Updates
 from ._base import AbstractLearnedOptimizer
 from ._chunked import check_chunk_size
 from ._preprocess import check_float_leaves
+
+
+MAX_NUM_STEPS = 2**31 - 1
 
 
 def _is_none(x: Any) -> bool:
@@ -23,10 +28,14 @@ def _check_num_steps(num_steps: Any) -> int:
             "as_optax(lo, num_steps=...) needs the length of the training run: the learned "
             "optimizer's learning-rate schedule (warmup, cosine decay) depends on it."
         )
-    if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral) or num_steps < 1:
+    if (
+        isinstance(num_steps, bool)
+        or not isinstance(num_steps, numbers.Integral)
+        or not 1 <= int(num_steps) <= MAX_NUM_STEPS
+    ):
         raise ValueError(
             "as_optax(num_steps=...) must be a positive int, the number of updates the run will "
-            f"make; got {num_steps!r}."
+            f"make, at most {MAX_NUM_STEPS} (the state counts steps in int32); got {num_steps!r}."
         )
     return int(num_steps)
 
@@ -44,6 +53,12 @@ def _check_learning_rate(learning_rate: Any) -> float:
             "schedule, chain with `optax.scale_by_schedule`."
         )
     return float(learning_rate)
+
+
+def _nan_where_not_finite(update: Array, grad: Array) -> Array:
+    """NaN where the gradient is not finite: the learned optimizer zeroes such entries (its
+    `preprocess_grads`), which would hide a broken loss from the user."""
+    return jnp.where(jnp.isfinite(grad), update, jnp.nan).astype(update.dtype)
 
 
 def _update_present(
@@ -137,6 +152,18 @@ def as_optax(
     on your problem, or when a short run barely moves the loss: e.g. `learning_rate=10` where
     Adam wants $10^{-2}$.
 
+    **Non-finite gradients.** An entry whose gradient is NaN (or $\\pm\\infty$) gets a NaN
+    update, as with optax's own optimizers, so a broken loss shows in the parameters instead of
+    passing unnoticed. The learned optimizer's statistics take a NaN entry as 0 (its
+    `preprocess_grads`, as in meta-training), so its state stays finite and
+    `optax.apply_if_finite(as_optax(...), max_consecutive_errors)` can skip such steps and train
+    on. (An infinite gradient overflows the statistics of its tensor.)
+
+    **Past `num_steps`.** Updates after the first `num_steps` are computed as the last scheduled
+    one is: the learning-rate schedule stays at its final value and [`elo.SmallFC`][]'s time
+    features stay those of step `num_steps - 1`, while the gradient statistics keep updating.
+    [`elo.Celo2`][]'s schedule ends at `end_lr`, so it keeps stepping only if `end_lr > 0`.
+
     **Frozen and masked parameters.** A `None` leaf in the gradients (as `eqx.filter_grad` gives
     for parameters outside the filter, e.g. frozen layers) gets a `None` update and leaves that
     parameter's optimizer state untouched; parameters that are `None` in the pytree given to
@@ -189,7 +216,7 @@ def as_optax(
     **Arguments:**
 
     - `lo`: the learned optimizer.
-    - `num_steps`: the number of updates the run will make, a positive int.
+    - `num_steps`: the number of updates the run will make, a positive int below $2^{31}$.
     - `learning_rate`: a multiplier on the learned optimizer's own step size, a finite float
       $> 0$ (1.0: the step it was trained with).
     - `chunk_size`: elements of a large tensor processed at once, a positive int, or `None`
@@ -229,7 +256,9 @@ def as_optax(
                 "`opt.update(grads, state, params)`."
             )
         check_float_leaves(updates, what="updates")
-        updates, state = _update_present(lo, updates, state, params, chunk_size)
+        grads = updates
+        updates, state = _update_present(lo, grads, state, params, chunk_size)
+        updates = jax.tree.map(_nan_where_not_finite, updates, grads)
         if learning_rate != 1.0:
             updates = jax.tree.map(lambda u: u * learning_rate, updates)
         return updates, state

@@ -14,7 +14,7 @@ from ._base import AbstractTask
 class ScaledTask(AbstractTask):
     """A task reparameterised by a scale $s > 0$: the optimizer sees $\\tilde w = w / s$.
 
-    `init` returns $\\tilde w = w_0 / s$ and `loss(w̃, key)` evaluates the inner task at
+    `init` returns $\\tilde w = w_0 / s$ and `batch_loss(w̃, batch)` evaluates the inner task at
     $s \\tilde w$, so the function is unchanged while the gradient the optimizer sees is
     $\\nabla_{\\tilde w} = s \\nabla_w$ and the parameters have scale $1/s$. A learned optimizer
     meta-trained on many scales has to be invariant to them.
@@ -40,6 +40,11 @@ class ScaledTask(AbstractTask):
         self.task = task
         self.scale = scale
 
+    @property
+    def name(self) -> str:
+        """The inner task's name (the scale is an array leaf, not part of the name)."""
+        return self.task.name
+
     def init(self, key: PRNGKeyArray) -> Params:
         """Draw the inner task's parameters and divide them by the scale.
 
@@ -55,20 +60,6 @@ class ScaledTask(AbstractTask):
 
     def _unscale(self, params: Params) -> Params:
         return jax.tree.map(lambda w: (w * self.scale).astype(w.dtype), params)
-
-    def loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
-        """The inner task's training loss at $s \\tilde w$.
-
-        **Arguments:**
-
-        - `params`: $\\tilde w$, the scaled parameters.
-        - `key`: passed to the inner task.
-
-        **Returns:**
-
-        A float32 scalar.
-        """
-        return self.task.loss(self._unscale(params), key)
 
     def sample_batch(self, key: PRNGKeyArray) -> PyTree:
         """The inner task's batch (the scale does not change the data).

@@ -11,23 +11,26 @@ class AbstractTask(eqx.Module):
     """An inner problem: a parameterised loss that a learned optimizer is meta-trained on.
 
     A task is immutable. Its data (if any) are array leaves held on the device, and it draws its
-    own minibatch from the key inside the traced graph, so a whole inner training run can live in
-    one `jax.lax.scan`.
+    own minibatches from keys inside the traced graph, so a whole inner training run can live in
+    one `jax.lax.scan`. Training loops draw the minibatches of many steps at once, before their
+    loop (on CPU this is cheaper than drawing one per step inside it), so a training step is
+    split in two: `sample_batch(key)`, the random draw, and `batch_loss(params, batch)`.
 
-    Subclasses implement:
+    A concrete task defines:
 
+    - `name`: a field or property, the task's display name (e.g. `"mlp-w32-d1_mnist-8x8x1"`).
     - `init(key) -> params`: a fresh draw of the optimizee parameters.
-    - `loss(params, key) -> scalar`: the training loss on a minibatch drawn from `key`.
+    - `sample_batch(key) -> batch`: the random input of one training step (a minibatch; a task
+      whose randomness is not data may return `key` itself).
+    - `batch_loss(params, batch) -> scalar`: the training loss on that input.
     - `eval_loss(params, key) -> scalar`: the loss on held-out data (for evaluation).
     - `normalize_loss(loss) -> scalar`: the bounded, finite transform of a training loss used as
       the meta-objective (NaN and infinities map to the upper bound).
 
-    and may split `loss` into its two halves, `sample_batch(key) -> batch` (the random draw) and
-    `batch_loss(params, batch) -> scalar`, with `loss(params, key) == batch_loss(params,
-    sample_batch(key))`. Training loops draw the batches of many steps at once, before their
-    loop, which on CPU is cheaper than drawing one batch per step inside it. By default the
-    "batch" is the key itself and `batch_loss` is `loss`.
+    `loss(params, key)` is `batch_loss(params, sample_batch(key))`.
     """
+
+    name: eqx.AbstractVar[str]
 
     @abc.abstractmethod
     def init(self, key: PRNGKeyArray) -> Params:
@@ -43,8 +46,35 @@ class AbstractTask(eqx.Module):
         """
 
     @abc.abstractmethod
+    def sample_batch(self, key: PRNGKeyArray) -> PyTree:
+        """The random input of one training step, drawn from `key` (see `batch_loss`).
+
+        **Arguments:**
+
+        - `key`: selects the minibatch.
+
+        **Returns:**
+
+        A pytree of arrays (or `key` itself).
+        """
+
+    @abc.abstractmethod
+    def batch_loss(self, params: Params, batch: PyTree) -> Scalar:
+        """Training loss on a batch from `sample_batch`.
+
+        **Arguments:**
+
+        - `params`: the optimizee parameters, structured as returned by `init`.
+        - `batch`: a value returned by `sample_batch`.
+
+        **Returns:**
+
+        A float32 scalar.
+        """
+
     def loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
-        """Training loss on a minibatch drawn (in-graph) from `key`.
+        """Training loss on a minibatch drawn (in-graph) from `key`:
+        `batch_loss(params, sample_batch(key))`.
 
         **Arguments:**
 
@@ -55,34 +85,7 @@ class AbstractTask(eqx.Module):
 
         A float32 scalar.
         """
-
-    def sample_batch(self, key: PRNGKeyArray) -> PyTree:
-        """The random input of one training step, drawn from `key` (see `batch_loss`).
-
-        **Arguments:**
-
-        - `key`: selects the minibatch.
-
-        **Returns:**
-
-        A pytree of arrays (by default `key` itself).
-        """
-        return key
-
-    def batch_loss(self, params: Params, batch: PyTree) -> Scalar:
-        """Training loss on a batch from `sample_batch`: `loss(params, key)` equals
-        `batch_loss(params, sample_batch(key))`.
-
-        **Arguments:**
-
-        - `params`: the optimizee parameters.
-        - `batch`: a value returned by `sample_batch`.
-
-        **Returns:**
-
-        A float32 scalar.
-        """
-        return self.loss(params, batch)
+        return self.batch_loss(params, self.sample_batch(key))
 
     @abc.abstractmethod
     def eval_loss(self, params: Params, key: PRNGKeyArray) -> Scalar:

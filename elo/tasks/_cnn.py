@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._custom_types import Params, PRNGKeyArray
-from ._data import ImageDataset, NUM_CLASSES
+from ._data import ImageDataset
 from ._image_classifier import AbstractImageClassifier, check_positive_int
 
 
@@ -35,15 +35,16 @@ class ConvImageTask(AbstractImageClassifier):
 
     The network applies `depth` convolutions of `channels` filters of size $3 \\times 3$ (stride
     1, `SAME` padding), each followed by ReLU, then global average pooling over the image and a
-    linear 10-way head. Weights are initialised like [`elo.tasks.ImageMLPTask`][]'s:
-    TruncatedNormal($\\sigma = 1/\\sqrt{\\text{fan\\_in}}$) cut at $\\pm 2\\sigma$ with
-    $\\text{fan\\_in} = 9 \\cdot C_{in}$ for a convolution, biases zero, so the loss at
-    initialisation is close to $\\ln 10$. The loss is the mean softmax cross-entropy on a random
-    minibatch of the train split, gathered in-graph; preprocessing (division by 255, CIFAR-10's
-    per-channel standardisation) is the dataset's.
+    linear head with one output per class. Weights are initialised like
+    [`elo.tasks.ImageMLPTask`][]'s: TruncatedNormal($\\sigma = 1/\\sqrt{\\text{fan\\_in}}$) cut at
+    $\\pm 2\\sigma$ with $\\text{fan\\_in} = 9 \\cdot C_{in}$ for a convolution, biases zero, so
+    the loss at initialisation is close to $\\ln K$ for $K$ classes. The loss is the mean softmax
+    cross-entropy on a random minibatch of the train split, gathered in-graph; preprocessing
+    (division by 255, CIFAR-10's per-channel standardisation) is the dataset's.
 
     Parameters are a dict `{"conv0": {"w": (3, 3, C_in, channels), "b": (channels,)}, ...,
-    "conv{depth-1}": ..., "head": {"w": (channels, 10), "b": (10,)}}` (kernels in `HWIO` layout).
+    "conv{depth-1}": ..., "head": {"w": (channels, K), "b": (K,)}}` for `K` classes (kernels in
+    `HWIO` layout).
 
     **Arguments:**
 
@@ -103,7 +104,7 @@ class ConvImageTask(AbstractImageClassifier):
         **Returns:**
 
         A dict `{"conv{i}": {"w": Float[Array, "3 3 in out"], "b": Float[Array, "out"]},
-        "head": {"w": Float[Array, "channels 10"], "b": Float[Array, "10"]}}`.
+        "head": {"w": Float[Array, "channels K"], "b": Float[Array, "K"]}}` for `K` classes.
         """
         keys = jax.random.split(key, self.depth + 1)
         params = {}
@@ -115,11 +116,12 @@ class ConvImageTask(AbstractImageClassifier):
             params[f"conv{i}"] = {"w": w, "b": jnp.zeros((self.channels,), jnp.float32)}
             in_channels = self.channels
         std = 1.0 / math.sqrt(self.channels)
-        w = jax.random.truncated_normal(keys[-1], -2.0, 2.0, (self.channels, NUM_CLASSES)) * std
-        params["head"] = {"w": w, "b": jnp.zeros((NUM_CLASSES,), jnp.float32)}
+        classes = self.data.num_classes
+        w = jax.random.truncated_normal(keys[-1], -2.0, 2.0, (self.channels, classes)) * std
+        params["head"] = {"w": w, "b": jnp.zeros((classes,), jnp.float32)}
         return params
 
-    def logits(self, params: Params, inputs: Float[Array, "b d"]) -> Float[Array, "b 10"]:
+    def logits(self, params: Params, inputs: Float[Array, "b d"]) -> Float[Array, "b c"]:
         """Apply the network to preprocessed inputs.
 
         **Arguments:**
@@ -130,7 +132,7 @@ class ConvImageTask(AbstractImageClassifier):
 
         **Returns:**
 
-        Class logits of shape `(batch, 10)`.
+        Class logits of shape `(batch, num_classes)`.
         """
         d = self.data
         x = inputs.reshape(inputs.shape[0], d.height, d.width, d.channels)

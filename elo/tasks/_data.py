@@ -23,7 +23,8 @@ from .._custom_types import PRNGKeyArray
 SplitName: TypeAlias = Literal["train", "validation", "test"]
 
 NUM_CLASSES = 10
-"""Every image task is a 10-way classification problem; labels are integers in `0..9`."""
+"""The number of classes of the shipped datasets (MNIST, Fashion-MNIST, CIFAR-10, SVHN); other
+datasets ([`elo.tasks.image_dataset`][]) may have any number."""
 
 # Task-name dataset -> directory prefix; the directory is `{prefix}_{H}x{W}`.
 _DATASET_DIRS = {
@@ -65,21 +66,26 @@ def known_datasets() -> tuple[str, ...]:
 class ImageSplit(eqx.Module):
     """One split of an image-classification dataset, held as device arrays.
 
-    Images stay `uint8` on the device (a quarter of the memory of float32) and are converted
-    after a minibatch is gathered; see [`elo.tasks.ImageDataset.preprocess`][].
+    `uint8` images stay `uint8` on the device (a quarter of the memory of float32) and are
+    converted after a minibatch is gathered; see [`elo.tasks.ImageDataset.preprocess`][].
 
     **Arguments:**
 
-    - `images`: `uint8` pixels of shape `(n, H*W*C)`, each row in HWC order.
+    - `images`: `uint8` pixels (0..255) or floating-point values of shape `(n, H*W*C)`, each
+      row in HWC order.
     - `labels`: `int32` class labels of shape `(n,)`.
     """
 
-    images: UInt8[Array, "n d"]
+    images: UInt8[Array, "n d"] | Float[Array, "n d"]
     labels: Int32[Array, " n"]
 
     def __check_init__(self):
         if self.images.shape[0] < 1:
             raise ValueError("ImageSplit needs at least one example; got images of shape (0, ...).")
+        if self.images.dtype != jnp.uint8 and not jnp.issubdtype(self.images.dtype, jnp.floating):
+            raise ValueError(
+                f"ImageSplit.images must be uint8 or floating-point, got {self.images.dtype}."
+            )
 
     @property
     def num_examples(self) -> int:
@@ -88,7 +94,7 @@ class ImageSplit(eqx.Module):
 
     def sample(
         self, key: PRNGKeyArray, batch_size: int
-    ) -> tuple[UInt8[Array, "b d"], Int32[Array, " b"]]:
+    ) -> tuple[UInt8[Array, "b d"] | Float[Array, "b d"], Int32[Array, " b"]]:
         """Gather a uniformly random minibatch, in-graph.
 
         Indices are drawn independently and uniformly *with* replacement. (The reference draws
@@ -102,7 +108,7 @@ class ImageSplit(eqx.Module):
 
         **Returns:**
 
-        `(images, labels)` with shapes `(batch_size, H*W*C)` (`uint8`) and `(batch_size,)`.
+        `(images, labels)` with shapes `(batch_size, H*W*C)` (as stored) and `(batch_size,)`.
         """
         index = jax.random.randint(key, (batch_size,), 0, self.num_examples)
         return self.images[index], self.labels[index]
@@ -111,16 +117,19 @@ class ImageSplit(eqx.Module):
 class ImageDataset(eqx.Module):
     """An image-classification dataset: train, validation and test splits plus its preprocessing.
 
-    Build it with [`elo.tasks.load_image_dataset`][]. The splits are `train` = the first 80% of the
-    train file, `validation` = the remaining 20%, `test` = the test file.
+    Build it with [`elo.tasks.load_image_dataset`][] (the shipped files: the splits are `train` =
+    the first 80% of the train file, `validation` = the remaining 20%, `test` = the test file) or
+    with [`elo.tasks.image_dataset`][] (any `datasets.DatasetDict`).
 
     **Arguments:**
 
     - `train`, `validation`, `test`: the three [`elo.tasks.ImageSplit`][]s.
     - `name`: the dataset's name as used in task names (e.g. `"cifar10"`).
     - `height`, `width`, `channels`: the image shape; rows are stored flattened in HWC order.
-    - `mean`, `std`: optional per-channel statistics; after dividing by 255 the pixels are
-      standardised as $(x - \\mu_c)/\\sigma_c$. `None` means dividing by 255 only.
+    - `mean`, `std`: optional per-channel statistics; after dividing by 255 (`uint8` images) the
+      pixels are standardised as $(x - \\mu_c)/\\sigma_c$. `None` means no standardisation.
+    - `num_classes`: the number of classes (at least 2; default 10); labels are in
+      `0..num_classes-1`.
     """
 
     train: ImageSplit
@@ -132,8 +141,19 @@ class ImageDataset(eqx.Module):
     channels: int = eqx.field(static=True)
     mean: tuple[float, ...] | None = eqx.field(static=True, default=None)
     std: tuple[float, ...] | None = eqx.field(static=True, default=None)
+    num_classes: int = eqx.field(static=True, default=NUM_CLASSES)
 
     def __check_init__(self):
+        if not is_int_at_least(self.num_classes, 2):
+            raise ValueError(
+                f"ImageDataset.num_classes must be an integer >= 2, got {self.num_classes!r}."
+            )
+        dtypes = {getattr(self, split).images.dtype for split in _SPLITS}
+        if len(dtypes) > 1:
+            raise ValueError(
+                f"ImageDataset splits hold images of different dtypes {sorted(map(str, dtypes))}; "
+                "give every split the same dtype."
+            )
         for field, value in (("height", self.height), ("width", self.width)):
             if value < 1:
                 raise ValueError(f"ImageDataset.{field} must be positive, got {value}.")
@@ -178,21 +198,26 @@ class ImageDataset(eqx.Module):
             raise ValueError(f"Unknown split {name!r}; expected one of {_SPLITS}.")
         return getattr(self, name)
 
-    def preprocess(self, images: UInt8[Array, "*batch d"]) -> Float[Array, "*batch d"]:
-        """Convert stored `uint8` pixels to the network input.
+    def preprocess(
+        self, images: UInt8[Array, "*batch d"] | Float[Array, "*batch d"]
+    ) -> Float[Array, "*batch d"]:
+        """Convert stored pixels to the network input.
 
-        Divides by 255 and, where the dataset has channel statistics (CIFAR-10), standardises
-        each channel. Channels are the fastest-varying axis of a flattened HWC row.
+        Divides `uint8` pixels by 255 (floating-point images are taken as they are) and, where
+        the dataset has channel statistics (CIFAR-10), standardises each channel. Channels are
+        the fastest-varying axis of a flattened HWC row.
 
         **Arguments:**
 
-        - `images`: `uint8` rows of length `H*W*C`, with any leading batch shape.
+        - `images`: rows of length `H*W*C` as stored, with any leading batch shape.
 
         **Returns:**
 
         float32 inputs of the same shape.
         """
-        x = images.astype(jnp.float32) / 255.0
+        x = images.astype(jnp.float32)
+        if images.dtype == jnp.uint8:
+            x = x / 255.0
         if self.mean is None or self.std is None:
             return x
         pixels = self.height * self.width

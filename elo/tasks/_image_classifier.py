@@ -17,7 +17,8 @@ from ._data import ImageDataset, NUM_CLASSES, SplitName
 
 
 MAX_IMAGE_LOSS = 1.5 * math.log(NUM_CLASSES)
-"""Upper bound of the normalised image-task loss, $1.5 \\ln 10 \\approx 3.454$ (reference §6.1)."""
+"""Upper bound of the normalised loss of a 10-class image task, $1.5 \\ln 10 \\approx 3.454$
+(reference §6.1); a task with $K$ classes uses $1.5 \\ln K$."""
 
 
 def check_positive_int(owner: str, field: str, value: object) -> None:
@@ -27,11 +28,11 @@ def check_positive_int(owner: str, field: str, value: object) -> None:
 
 
 class AbstractImageClassifier(AbstractTask):
-    """A 10-way image classifier trained with softmax cross-entropy on minibatches of an
-    [`elo.tasks.ImageDataset`][] gathered in-graph.
+    """An image classifier (as many classes as its [`elo.tasks.ImageDataset`][]) trained with
+    softmax cross-entropy on minibatches of the dataset gathered in-graph.
 
-    Subclasses hold `data`, `batch_size` and `eval_split` and implement `init`, `name` and
-    `logits`; losses, evaluation and the loss normalisation are shared.
+    Subclasses hold `data`, `batch_size` and `eval_split` and define `name`, `init` and
+    `logits`; minibatches, losses, evaluation and the loss normalisation are shared.
     """
 
     data: eqx.AbstractVar[ImageDataset]
@@ -46,33 +47,16 @@ class AbstractImageClassifier(AbstractTask):
                 f"{owner}.eval_split must be 'validation' or 'test', got {self.eval_split!r}."
             )
 
-    @property
     @abc.abstractmethod
-    def name(self) -> str:
-        """The task's name, e.g. `"mlp-w32-d1_mnist-8x8x1"`."""
+    def logits(self, params: Params, inputs: Float[Array, "b d"]) -> Float[Array, "b c"]:
+        """Apply the network to preprocessed inputs `(batch, H*W*C)`; returns
+        `(batch, num_classes)` class logits."""
 
-    @abc.abstractmethod
-    def logits(self, params: Params, inputs: Float[Array, "b d"]) -> Float[Array, "b 10"]:
-        """Apply the network to preprocessed inputs `(batch, H*W*C)`; returns `(batch, 10)`
-        class logits."""
-
-    def loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
-        """Mean softmax cross-entropy on a train minibatch of `batch_size` drawn from `key`.
-
-        **Arguments:**
-
-        - `params`: as returned by `init`.
-        - `key`: selects the minibatch (indices uniform with replacement).
-
-        **Returns:**
-
-        A float32 scalar.
-        """
-        return self.batch_loss(params, self.sample_batch(key))
-
-    def sample_batch(self, key: PRNGKeyArray) -> tuple[UInt8[Array, "b d"], Int32[Array, " b"]]:
+    def sample_batch(
+        self, key: PRNGKeyArray
+    ) -> tuple[UInt8[Array, "b d"] | Float[Array, "b d"], Int32[Array, " b"]]:
         """A train minibatch of `batch_size` drawn from `key`, as stored: `(images, labels)`
-        (uint8 images, flattened; preprocessing happens in `batch_loss`).
+        (images flattened; preprocessing happens in `batch_loss`).
 
         **Arguments:**
 
@@ -85,7 +69,9 @@ class AbstractImageClassifier(AbstractTask):
         return self.data.split("train").sample(key, self.batch_size)
 
     def batch_loss(
-        self, params: Params, batch: tuple[UInt8[Array, "b d"], Int32[Array, " b"]]
+        self,
+        params: Params,
+        batch: tuple[UInt8[Array, "b d"] | Float[Array, "b d"], Int32[Array, " b"]],
     ) -> Scalar:
         """Mean softmax cross-entropy on a minibatch from `sample_batch`.
 
@@ -165,9 +151,10 @@ class AbstractImageClassifier(AbstractTask):
         return total_loss / n, total_correct.astype(jnp.float32) / n
 
     def normalize_loss(self, loss: Scalar) -> Scalar:
-        """Clip the cross-entropy to $[0, 1.5 \\ln 10]$; NaN and $+\\infty$ map to the bound.
+        """Clip the cross-entropy to $[0, 1.5 \\ln K]$ for $K$ classes; NaN and $+\\infty$ map to
+        the bound.
 
-        This is the reference's per-step meta-training loss (ELO reference §6.1).
+        For $K = 10$ this is the reference's per-step meta-training loss (ELO reference §6.1).
 
         **Arguments:**
 
@@ -175,7 +162,7 @@ class AbstractImageClassifier(AbstractTask):
 
         **Returns:**
 
-        A finite float32 scalar in $[0, 1.5 \\ln 10]$.
+        A finite float32 scalar in $[0, 1.5 \\ln K]$.
         """
-        bound = MAX_IMAGE_LOSS
+        bound = 1.5 * math.log(self.data.num_classes)
         return jnp.nan_to_num(jnp.clip(loss, 0.0, bound), nan=bound, posinf=bound, neginf=0.0)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._custom_types import Params, PRNGKeyArray
-from ._data import ImageDataset, NUM_CLASSES
+from ._data import ImageDataset
 from ._image_classifier import AbstractImageClassifier, check_positive_int
 
 
@@ -17,10 +17,10 @@ class ImageMLPTask(AbstractImageClassifier):
     """Classify images with an MLP: the inner problem of ELO meta-training.
 
     The network flattens an `H x W x C` image, applies `depth` hidden layers of `width` units with
-    ReLU, then a linear 10-way head. Weights are initialised as in haiku's `Linear`:
-    TruncatedNormal($\\sigma = 1/\\sqrt{\\text{fan\\_in}}$) cut at $\\pm 2\\sigma$ (without
-    rescaling the standard deviation), biases zero. The loss is the mean softmax cross-entropy on
-    a random minibatch of the train split, gathered in-graph.
+    ReLU, then a linear head with one output per class (10 for the shipped datasets). Weights are
+    initialised as in haiku's `Linear`: TruncatedNormal($\\sigma = 1/\\sqrt{\\text{fan\\_in}}$)
+    cut at $\\pm 2\\sigma$ (without rescaling the standard deviation), biases zero. The loss is
+    the mean softmax cross-entropy on a random minibatch of the train split, gathered in-graph.
 
     Parameters are a dict `{"layer0": {"w": (in, out), "b": (out,)}, ..., "layer{depth}": ...}`,
     where `layer{depth}` is the head.
@@ -85,7 +85,7 @@ class ImageMLPTask(AbstractImageClassifier):
 
         A dict `{"layer{i}": {"w": Float[Array, "in out"], "b": Float[Array, "out"]}}`.
         """
-        sizes = [self.data.input_dim] + [self.width] * self.depth + [NUM_CLASSES]
+        sizes = [self.data.input_dim] + [self.width] * self.depth + [self.data.num_classes]
         keys = jax.random.split(key, self.depth + 1)
         params = {}
         for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
@@ -94,7 +94,7 @@ class ImageMLPTask(AbstractImageClassifier):
             params[f"layer{i}"] = {"w": w, "b": jnp.zeros((fan_out,), jnp.float32)}
         return params
 
-    def logits(self, params: Params, inputs: Float[Array, "b d"]) -> Float[Array, "b 10"]:
+    def logits(self, params: Params, inputs: Float[Array, "b d"]) -> Float[Array, "b c"]:
         """Apply the MLP to preprocessed inputs.
 
         **Arguments:**
@@ -105,7 +105,7 @@ class ImageMLPTask(AbstractImageClassifier):
 
         **Returns:**
 
-        Class logits of shape `(batch, 10)`.
+        Class logits of shape `(batch, num_classes)`.
         """
         x = inputs
         for i in range(self.depth + 1):

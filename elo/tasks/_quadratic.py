@@ -94,19 +94,33 @@ class QuadraticTask(AbstractTask):
         diff = params["w"] - self.centre
         return 0.5 * jnp.dot(diff, self.matrix @ diff)
 
-    def loss(self, params: Params, key: PRNGKeyArray) -> Scalar:
-        """The quadratic plus a noise term $\\sigma\\, \\varepsilon^\\top (w - c)$ from `key`.
+    def sample_batch(self, key: PRNGKeyArray) -> PRNGKeyArray:
+        """The key itself: `batch_loss` draws the noise $\\varepsilon$ from it.
+
+        **Arguments:**
+
+        - `key`: selects the noise.
+
+        **Returns:**
+
+        `key`.
+        """
+        return key
+
+    def batch_loss(self, params: Params, batch: PRNGKeyArray) -> Scalar:
+        """The quadratic plus a noise term $\\sigma\\, \\varepsilon^\\top (w - c)$ drawn from
+        the key `batch`.
 
         **Arguments:**
 
         - `params`: `{"w": ...}` as returned by `init`.
-        - `key`: draws $\\varepsilon$.
+        - `batch`: the key from `sample_batch`; draws $\\varepsilon$.
 
         **Returns:**
 
         A float32 scalar.
         """
-        noise = jax.random.normal(key, (self.dim,), jnp.float32)
+        noise = jax.random.normal(batch, (self.dim,), jnp.float32)
         return self._exact_loss(params) + self.noise_scale * jnp.dot(
             noise, params["w"] - self.centre
         )

@@ -9,6 +9,8 @@ from ._cnn import ConvImageTask
 from ._data import known_datasets, load_image_dataset
 from ._image_mlp import ImageMLPTask
 from ._quadratic import QuadraticTask
+from ._text import known_text_datasets, load_text_dataset
+from ._transformer import TextTransformerTask
 
 
 _CANONICAL_TASKS = (
@@ -17,10 +19,12 @@ _CANONICAL_TASKS = (
     "mlp-w32-d1_cifar10-8x8x3",
     "mlp-w32-d1_svhn-8x8x3",
     "conv-c16-d2_cifar10-8x8x3",
+    "transformer-w32-d2-h2_shakespeare-ctx32",
     "quadratic-d10",
 )
 _IMAGE_FORM = "mlp-w{width}-d{depth}_{dataset}-{H}x{W}x{C}"
 _CONV_FORM = "conv-c{channels}-d{depth}_{dataset}-{H}x{W}x{C}"
+_TEXT_FORM = "transformer-w{width}-d{depth}-h{heads}_{dataset}-ctx{context}"
 _QUADRATIC_FORM = "quadratic-d{dim}"
 _IMAGE_RE = re.compile(
     r"mlp-w(?P<width>\d+)-d(?P<depth>\d+)_(?P<dataset>[a-z0-9]+)-"
@@ -30,6 +34,10 @@ _CONV_RE = re.compile(
     r"conv-c(?P<channels>\d+)-d(?P<depth>\d+)_(?P<dataset>[a-z0-9]+)-"
     r"(?P<height>\d+)x(?P<image_width>\d+)x(?P<channels_in>\d+)"
 )
+_TEXT_RE = re.compile(
+    r"transformer-w(?P<width>\d+)-d(?P<depth>\d+)-h(?P<heads>\d+)_(?P<dataset>[a-z0-9]+)-"
+    r"ctx(?P<context>\d+)"
+)
 _QUADRATIC_RE = re.compile(r"quadratic-d(?P<dim>\d+)")
 
 
@@ -37,10 +45,12 @@ def list_tasks() -> list[str]:
     """The canonical task names.
 
     These are the four ELO meta-training tasks (MLP, one hidden layer of 32 units, on 8x8 MNIST,
-    Fashion-MNIST, CIFAR-10 and SVHN), a held-out convolutional task on 8x8 CIFAR-10 and a small
-    quadratic. [`elo.tasks.get_task`][] accepts the general forms
+    Fashion-MNIST, CIFAR-10 and SVHN), a held-out convolutional task on 8x8 CIFAR-10, a held-out
+    byte-level language model on Shakespeare and a small quadratic.
+    [`elo.tasks.get_task`][] accepts the general forms
     `mlp-w{width}-d{depth}_{dataset}-{H}x{W}x{C}`,
-    `conv-c{channels}-d{depth}_{dataset}-{H}x{W}x{C}` and `quadratic-d{dim}` too.
+    `conv-c{channels}-d{depth}_{dataset}-{H}x{W}x{C}`,
+    `transformer-w{width}-d{depth}-h{heads}_{dataset}-ctx{context}` and `quadratic-d{dim}` too.
     SVHN is listed but not shipped: its files must be supplied through `data_dir` or
     `ELO_DATA_DIR`.
 
@@ -72,6 +82,12 @@ def get_task(
     - `conv-c{channels}-d{depth}_{dataset}-{H}x{W}x{C}`: an [`elo.tasks.ConvImageTask`][] with
       `depth` 3x3 convolutions of `channels` filters, global average pooling and a linear head,
       e.g. `conv-c16-d2_cifar10-8x8x3` (a held-out evaluation task).
+    - `transformer-w{width}-d{depth}-h{heads}_{dataset}-ctx{context}`: an
+      [`elo.tasks.TextTransformerTask`][], a decoder-only transformer of `depth` blocks of
+      width `width` with `heads` attention heads, predicting the next byte of the shipped text
+      `dataset` (`shakespeare`) from up to `context` bytes, e.g.
+      `transformer-w32-d2-h2_shakespeare-ctx32` (a held-out evaluation task; at toy size, e.g.
+      `transformer-w8-d1-h1_shakespeare-ctx8`, a meta-training task).
     - `quadratic-d{dim}`: a noise-free [`elo.tasks.QuadraticTask`][] with `dim` parameters
       (`seed=0`, condition number 10).
 
@@ -79,7 +95,8 @@ def get_task(
 
     - `name`: the task name; see [`elo.tasks.list_tasks`][].
     - `data_dir`: a directory searched first for the data files of image tasks.
-    - `batch_size`: minibatch size of image tasks (positive; ignored by quadratics).
+    - `batch_size`: minibatch size of image and language-model tasks (windows of `context + 1`
+      bytes for the latter; positive; ignored by quadratics).
 
     **Returns:**
 
@@ -132,6 +149,35 @@ def get_task(
             f"Malformed convolutional task name {name!r}; expected the form {_CONV_FORM!r} "
             "with positive integers, e.g. 'conv-c16-d2_cifar10-8x8x3'."
         )
+    if match := _TEXT_RE.fullmatch(name):
+        width = _positive(name, "width", match["width"])
+        depth = _positive(name, "depth", match["depth"])
+        heads = _positive(name, "number of heads", match["heads"])
+        context = _positive(name, "context", match["context"])
+        if width % heads:
+            raise ValueError(
+                f"Task {name!r}: the width ({width}) must be divisible by the number of heads "
+                f"({heads})."
+            )
+        dataset = match["dataset"]
+        if dataset not in known_text_datasets():
+            raise ValueError(
+                f"Task {name!r}: unknown text dataset {dataset!r}; shipped: "
+                f"{', '.join(known_text_datasets())}."
+            )
+        return TextTransformerTask(
+            load_text_dataset(dataset),
+            width=width,
+            depth=depth,
+            heads=heads,
+            context=context,
+            batch_size=batch_size,
+        )
+    if name.startswith("transformer-"):
+        raise ValueError(
+            f"Malformed language-model task name {name!r}; expected the form {_TEXT_FORM!r} "
+            "with positive integers, e.g. 'transformer-w32-d2-h2_shakespeare-ctx32'."
+        )
     if match := _QUADRATIC_RE.fullmatch(name):
         return QuadraticTask(_positive(name, "dimension", match["dim"]))
     if name.startswith("quadratic"):
@@ -141,6 +187,6 @@ def get_task(
         )
     raise ValueError(
         f"Unknown task {name!r}. Known tasks: {', '.join(_CANONICAL_TASKS)}. General forms: "
-        f"{_IMAGE_FORM!r}, {_CONV_FORM!r} (datasets: {', '.join(known_datasets())}) and "
-        f"{_QUADRATIC_FORM!r}."
+        f"{_IMAGE_FORM!r}, {_CONV_FORM!r} (datasets: {', '.join(known_datasets())}), "
+        f"{_TEXT_FORM!r} (datasets: {', '.join(known_text_datasets())}) and {_QUADRATIC_FORM!r}."
     )

@@ -27,11 +27,11 @@ evaluations). Rerunning continues where the last call stopped. A progress line p
 standard output. Two drivers started side by side share the queue (a lock per job), which
 keeps both cores of a 2-core machine busy.
 
-    python benchmarks/ablation.py                      # run (or continue) the whole study
-    python benchmarks/ablation.py --only pes,elo --seeds 2 --meta-steps 300   # a smaller one
-    python benchmarks/ablation.py --report             # tables and figures from the results
+    python -m studies.ablation_small_fc.study               # run (or continue) the whole study
+    python -m studies.ablation_small_fc.study --only pes,elo --seeds 2 --meta-steps 300  # smaller
+    python -m studies.ablation_small_fc.study --report      # tables and figures from the results
 
-The study never runs in CI (hours of CPU). Benchmarks measure; they never assert.
+The study never runs in CI (hours of CPU); its report's statistics are tested in test_report.py.
 """
 
 import argparse
@@ -39,8 +39,6 @@ import dataclasses
 import fcntl
 import json
 import math
-import os
-import platform
 import subprocess
 import sys
 import time
@@ -48,6 +46,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from studies import common
+from studies.common import environment, finite_or_none, write_json
 
 
 META_TASK = "mlp-w32-d1_mnist-8x8x1"
@@ -57,6 +58,7 @@ HELD_OUT = (
     "mlp-w64-d2_cifar10-8x8x3",
 )
 HORIZONS = (1000, 5000, 10000)
+RESULTS = Path(__file__).parent / "results"
 EVAL_SEEDS = 3
 SCALES = (0.01, 0.1, 1.0, 10.0, 100.0)
 
@@ -111,9 +113,7 @@ def parse_args():
         "--horizons", default=",".join(map(str, HORIZONS)), help="evaluation lengths"
     )
     parser.add_argument("--runs-dir", default="runs/ablation", help="run directories")
-    parser.add_argument(
-        "--results-dir", default="benchmarks/results/ablation", help="committed results"
-    )
+    parser.add_argument("--results-dir", default=str(RESULTS), help="committed results")
     parser.add_argument("--report", action="store_true", help="only write tables and figures")
     return parser.parse_args()
 
@@ -146,15 +146,7 @@ def jobs(args) -> list[tuple[str, int]]:
 
 
 def log(message: str) -> None:
-    load = os.getloadavg()[0]
-    print(f"[ablation {time.strftime('%H:%M:%S')} load {load:.1f}] {message}", flush=True)
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    common.log("ablation", message)
 
 
 def meta_train(arm: str, seed: int, args) -> Path:
@@ -180,10 +172,10 @@ def meta_train(arm: str, seed: int, args) -> Path:
 
 
 def summarise_run(run: Path, arm: str, seed: int, args) -> dict[str, Any]:
-    from elo.cli._metrics_file import read_metrics, read_validation
+    import elo
 
-    records = read_metrics(run / "metrics.jsonl")
-    checks = read_validation(run / "metrics.jsonl")
+    records = elo.read_metrics(run)
+    checks = elo.read_validation(run)
     config = json.loads((run / "config.json").read_text())["config"]
     every = max(1, len(records) // 300)
 
@@ -223,7 +215,7 @@ def summarise_run(run: Path, arm: str, seed: int, args) -> dict[str, Any]:
 
 def evaluate_optimizer(lo, tasks, horizons) -> dict[str, Any]:
     """The learned optimizer alone on every held-out task and horizon, EVAL_SEEDS seeds."""
-    from elo._evaluate import evaluate
+    from elo import evaluate
 
     out = {}
     for task in tasks:
@@ -246,28 +238,24 @@ def summarise_evaluation(result, seconds: float) -> dict[str, Any]:
         "seconds": seconds,
         "learning_rate": result.learning_rate,
         "steps": [int(s) for s in result.steps],
-        "final_test_loss": [_num(x) for x in final],
-        "best_test_loss": [_num(x) for x in best],
-        "final_test_accuracy": [_num(x) for x in np.asarray(result.test_accuracy)[:, -1]],
+        "final_test_loss": [finite_or_none(x) for x in final],
+        "best_test_loss": [finite_or_none(x) for x in best],
+        "final_test_accuracy": [finite_or_none(x) for x in np.asarray(result.test_accuracy)[:, -1]],
         "diverged": [bool(d) for d in diverged],
-        "test_loss_curve": [[_num(x) for x in row] for row in test],
+        "test_loss_curve": [[finite_or_none(x) for x in row] for row in test],
     }
-
-
-def _num(x: float) -> float | None:
-    return float(x) if math.isfinite(float(x)) else None
 
 
 def in_distribution(lo) -> dict[str, Any]:
     """MNIST-w32 (the meta-training task) alone across parameter scales, validation split."""
-    from elo._validation import validate
+    from elo import validate
 
     result = validate(lo, META_TASK, num_steps=2000, scales=SCALES, seeds=EVAL_SEEDS)
     return result.to_dict()
 
 
 def adamw_reference(task: str, horizon: int, path: Path) -> dict[str, Any]:
-    from elo._evaluate import log_grid, lr_sweep
+    from elo import log_grid, lr_sweep
 
     if path.is_file():
         return json.loads(path.read_text())
@@ -305,7 +293,7 @@ def run_job(arm: str, seed: int, args, tasks, horizons) -> None:
 
 
 def _run_job(arm: str, seed: int, args, tasks, horizons) -> None:
-    from elo._export import load_optimizer, save_optimizer
+    from elo import load_optimizer, save_optimizer
 
     results = Path(args.results_dir) / "runs" / arm / f"s{seed}"
     done = results / "evaluation.json"
@@ -361,42 +349,16 @@ def _run_job(arm: str, seed: int, args, tasks, horizons) -> None:
     write_json(done, evaluation)
 
 
-def environment() -> dict[str, Any]:
-    import jax
-
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "commit": commit,
-        "jax": jax.__version__,
-        "devices": jax.device_count(),
-        "platform": jax.default_backend(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-    }
-
-
 def main() -> None:
     args = parse_args()
     tasks = [t for t in args.tasks.split(",") if t]
     horizons = [int(h) for h in args.horizons.split(",") if h]
     results = Path(args.results_dir)
     if args.report:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from ablation_report import report
+        from studies.ablation_small_fc.report import report
 
         # Only the committed study's figures go to the docs, never a smaller trial's.
-        committed = results.resolve() == Path("benchmarks/results/ablation").resolve()
+        committed = results.resolve() == RESULTS.resolve()
         docs_images = Path("docs/images/ablation") if committed else None
         # The plan is what --only and --seeds ask for: a smaller study is judged on its own.
         report(results, planned_arms(args), tasks, horizons, docs_images=docs_images)

@@ -14,11 +14,10 @@ a long horizon, with the same seeds:
 
 Writes `quality.json` (budget, meta-training summary, final and best metrics, mean test-loss
 curves) and `quality.png` (test loss of every optimizer, one panel per task and horizon) to
-`--out-dir`, plus `quality_meta.png` (the meta-training curves). Prints a table. Benchmarks
-measure; they never assert.
+`--out-dir`, plus `quality_meta.png` (the meta-training curves). Prints a table.
 
-    python benchmarks/quality.py                                   # the full budget (hours on CPU)
-    python benchmarks/quality.py --meta-steps 100 --horizons 1000 --seeds 2 --lr-num 4 \\
+    python -m studies.quality.study                          # the full budget (hours on CPU)
+    python -m studies.quality.study --meta-steps 100 --horizons 1000 --seeds 2 --lr-num 4 \\
         --tasks mlp-w128-d3_fashionmnist-8x8x1,conv-c16-d2_cifar10-8x8x3   # minutes
 """
 
@@ -33,12 +32,8 @@ import jax.random as jr
 import numpy as np
 
 import elo
-from elo._build import build_learned_optimizer
-from elo._evaluate import evaluate, log_grid, lr_sweep
-from elo._export import load_optimizer
+from elo import evaluate, load_optimizer, log_grid, lr_sweep, read_metrics
 from elo.cli import main as elo_main
-from elo.cli._metrics_file import read_metrics
-from elo.cli._plot import plot_meta_training
 
 
 META_TASKS = "mlp-w32-d1_mnist-8x8x1,mlp-w32-d1_fashionmnist-8x8x1,mlp-w32-d1_cifar10-8x8x3"
@@ -61,7 +56,9 @@ def parse_args():
     parser.add_argument("--evals", type=int, default=10, help="evaluation points per run (10)")
     parser.add_argument("--seed", type=int, default=0, help="meta-training seed (0)")
     parser.add_argument("--runs-dir", default="runs/quality", help="meta-training run dirs")
-    parser.add_argument("--out-dir", default="benchmarks/results", help="JSON and PNG go here")
+    parser.add_argument(
+        "--out-dir", default=str(Path(__file__).parent / "results"), help="JSON and PNG go here"
+    )
     parser.add_argument("--name", default="quality", help="output file stem (quality)")
     parser.add_argument(
         "--replot", action="store_true", help="only redraw the figure from the JSON file"
@@ -90,7 +87,7 @@ def meta_train(method: str, preset: str, args, runs_dir: Path) -> dict:
     code = elo_main(argv)
     if code != 0:
         raise SystemExit(f"meta-training {method} failed with status {code}")
-    records = read_metrics(out / "metrics.jsonl")
+    records = read_metrics(out)
     config = json.loads((out / "config.json").read_text())["config"]
     groups = len(config["tasks"])
     inner = args.meta_steps * groups * config["num_particles"] * 2 * config["truncation_length"]
@@ -187,16 +184,20 @@ def main() -> None:
         return
 
     meta = {m: meta_train(m, preset, args, runs_dir) for m, preset in METHODS.items()}
-    plot_meta_training(
-        [Path(meta[m]["run_dir"]) for m in METHODS], out_dir / f"{args.name}_meta.png"
+    elo_main(
+        [
+            "plot",
+            *(meta[m]["run_dir"] for m in METHODS),
+            "--out",
+            str(out_dir / f"{args.name}_meta.png"),
+        ]
     )
     optimizers = {m: load_optimizer(meta[m]["run_dir"]) for m in METHODS}
-    # The runs' initial learned optimizer: `elo.init` draws it from the first half of the split
-    # of the first half of the run key (see `elo.cli` and `elo.init`).
+    # The runs' initial learned optimizer: `elo meta-train --seed S` initialises with the first
+    # half of the split of `jax.random.key(S)` (see `elo.cli`).
     init_key, _ = jr.split(jr.key(args.seed))
-    lo_key, _ = jr.split(init_key)
     config = elo.presets.get_preset("pes_small_fc_cpu")
-    optimizers["untrained small_fc"] = build_learned_optimizer(config, key=lo_key)
+    optimizers["untrained small_fc"] = elo.init(config, key=init_key).learned_optimizer
 
     entries = []
     for task in tasks:

@@ -1,17 +1,14 @@
-"""The ablation study's statistics and decision rule (benchmarks/ablation_report.py), on a
+"""The ablation study's statistics and decision rule (report.py), on a
 synthetic results directory whose paired differences are known exactly."""
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import ablation_report  # noqa: E402
+from studies.ablation_small_fc import report as ablation_report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,7 +173,7 @@ def test_in_distribution_caps_at_chance_and_flags_blow_ups():
 def test_the_budget_comparison_pairs_seeds_across_budgets(tmp_path):
     # Two budgets of the same study: at the short one ELO is 0.1 above PES on every seed, at the
     # long one 0.05 + 0.01*seed below it; PES gains exactly 0.2 from the longer budget.
-    import ablation_budget
+    from studies.ablation_small_fc import budget as ablation_budget
 
     def short_loss(arm, seed, key):
         return 1.0 + 0.01 * seed + (0.1 if arm == "elo" else 0.0)

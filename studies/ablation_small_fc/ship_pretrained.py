@@ -1,13 +1,16 @@
 """Ship the ablation study's best learned optimizer inside the package (`elo.pretrained`).
 
-Selects, among the finished runs of `benchmarks/ablation.py`, the checkpoint with the best
-meta-validation score (MNIST-w32 validation split, learned optimizer alone; never a test task),
-copies its weights to `elo/pretrained/<name>.eqx` and writes `elo/pretrained/<name>.json`: the
+Selects, among the finished runs of `studies/ablation_small_fc/study.py`, the checkpoint with
+the best meta-validation score (MNIST-w32 validation split, learned optimizer alone; never a
+test task), copies its weights to `OUT_DIR/<name>.eqx` and writes `OUT_DIR/<name>.json`: the
 command and commit that produced it, its configuration and budget, the selection rule with the
 scores of every candidate, the state of the study at selection time, and its held-out evaluation
 table.
 
-    python benchmarks/ship_pretrained.py                     # default name small_fc_mnist8
+    python -m studies.ablation_small_fc.ship_pretrained     # into results/shipped/ to inspect
+    python -m studies.ablation_small_fc.ship_pretrained --out-dir elo/pretrained   # ship it
+
+The study never writes into the package unless told to with `--out-dir`.
 """
 
 import argparse
@@ -21,9 +24,9 @@ import numpy as np
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--results-dir", default="benchmarks/results/ablation")
+    parser.add_argument("--results-dir", default=str(Path(__file__).parent / "results"))
     parser.add_argument("--name", default="small_fc_mnist8")
-    parser.add_argument("--out-dir", default="elo/pretrained")
+    parser.add_argument("--out-dir", default=str(Path(__file__).parent / "results" / "shipped"))
     return parser.parse_args()
 
 

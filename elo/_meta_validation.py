@@ -17,15 +17,14 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-import optax
 from jaxtyping import Array, Float
 
 from ._checks import is_int_at_least, seed_tuple
 from ._custom_types import Params
+from ._training_run import split_metrics, training_run
 from .optimizers._base import AbstractLearnedOptimizer
 from .optimizers._optax import as_optax
 from .tasks import AbstractTask, get_task, ScaledTask
-from .tasks._image_classifier import AbstractImageClassifier
 
 
 DEFAULT_VALIDATION_TASK = "mlp-w32-d1_mnist-8x8x1"
@@ -71,33 +70,26 @@ class Validation(eqx.Module):
 
 
 def _final_loss(task: AbstractTask, params: Params) -> Float[Array, ""]:
-    if isinstance(task, AbstractImageClassifier):
-        return task.evaluate(params, "validation")[0]
-    # Tasks without whole-split evaluation: the mean held-out minibatch loss over fixed keys.
-    keys = jr.split(jr.key(0), 8)
-    return jnp.mean(jax.vmap(lambda k: task.eval_loss(params, k))(keys))
+    return split_metrics(task, params, "validation", draws=8)[0]
 
 
 @eqx.filter_jit
 def _run(task: AbstractTask, lo: AbstractLearnedOptimizer, scales, keys, num_steps: int):
     def one(scale, key):
-        scaled = ScaledTask(task, scale)
-        init_key, data_key = jr.split(key)
-        params = scaled.init(init_key)
-        opt = as_optax(lo, num_steps=num_steps)
+        def measure(params):
+            loss = _final_loss(task, jax.tree.map(lambda w: w * scale, params))
+            return loss, task.normalize_loss(loss)
 
-        def step(carry, k):
-            params, opt_state = carry
-            grads = jax.grad(scaled.loss)(params, k)
-            updates, opt_state = opt.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), None
-
-        (params, _), _ = jax.lax.scan(
-            step, (params, opt.init(params)), jr.split(data_key, num_steps)
+        _, (loss, normalized) = training_run(
+            ScaledTask(task, scale),
+            as_optax(lo, num_steps=num_steps),
+            key,
+            num_steps=num_steps,
+            eval_every=num_steps,
+            measure=measure,
+            measure_start=False,
         )
-        unscaled = jax.tree.map(lambda w: w * scale, params)
-        loss = _final_loss(task, unscaled)
-        return loss, task.normalize_loss(loss)
+        return loss[-1], normalized[-1]
 
     per_scale = jax.vmap(lambda s: jax.vmap(lambda k: one(s, k))(keys))
     return per_scale(scales)
@@ -116,7 +108,8 @@ def validate(
     """Score a learned optimizer *alone* on a meta-validation problem.
 
     Trains the task from scratch with the learned optimizer alone (no expert, no fusion, told
-    the run length), once per parameter scale and seed, all in one compiled program, and
+    the run length), once per parameter scale and seed, all in one compiled program (the
+    training program of [`elo.evaluate`][], with every minibatch drawn before the loop), and
     measures the final loss on the task's validation split (for image tasks: the 20% of the
     training images that inner problems never sample). The runs are deterministic: the same
     optimizer gets the same score.
@@ -151,16 +144,14 @@ def validate(
         raise ValueError(f"scales must be a non-empty list of positive numbers, got {scales}.")
     seeds = seed_tuple(seeds)
     if isinstance(task, str):
-        name, task = task, get_task(task, batch_size=batch_size, data_dir=data_dir)
-    elif isinstance(task, AbstractTask):
-        name = task.name if isinstance(task, AbstractImageClassifier) else type(task).__name__
-    else:
+        task = get_task(task, batch_size=batch_size, data_dir=data_dir)
+    elif not isinstance(task, AbstractTask):
         raise TypeError(f"`task` must be a task name or an AbstractTask, got {type(task)}.")
     keys = jnp.stack([jr.key(s) for s in seeds])
     losses, normalized = _run(task, lo, jnp.asarray(scales, jnp.float32), keys, num_steps)
     losses, normalized = jax.device_get((losses, normalized))
     return Validation(
-        task=name,
+        task=task.name,
         num_steps=num_steps,
         scales=scales,
         seeds=seeds,

@@ -1,12 +1,13 @@
 """Tables, paired statistics, the decision rule and figures of the ELO ablation study.
 
-Reads what `benchmarks/ablation.py` cached under its results directory and writes, next to it,
-`summary.json`, `summary.md`, `curves_<horizon>.png` (held-out test-loss curves of PES and ELO,
-mean ± 95% CI over meta-training seeds), `mechanisms_<horizon>.png` (the same for ELO beside
-each of its variants and PES-uniform), and `meta_training.png` / `meta_training_mechanisms.png`
-(the fused meta-loss next to the learned optimizer's own validation score and the furthest inner
-step reached). Called by `python benchmarks/ablation.py --report`;
-works on partial results (arms and seeds that are not done yet are left out and listed).
+Reads what `studies/ablation_small_fc/study.py` cached under its results directory and writes,
+next to it, `summary.json`, `summary.md`, `curves_<horizon>.png` (held-out test-loss curves of
+PES and ELO, mean ± 95% CI over meta-training seeds), `mechanisms_<horizon>.png` (the same for
+ELO beside each of its variants and PES-uniform), and `meta_training.png` /
+`meta_training_mechanisms.png` (the fused meta-loss next to the learned optimizer's own
+validation score and the furthest inner step reached). Called by `python -m
+studies.ablation_small_fc.study --report`; works on partial results (arms and seeds that are not
+done yet are left out and listed).
 
 Conventions:
 
@@ -28,26 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _provenance import git_commit
+
+from studies.common import ci_band, fmt_delta, git_commit, load_json, paired, t_interval
 
 
 SELECTIONS = ("final", "selected")
-
-
-def _load(path: Path) -> Any:
-    return json.loads(path.read_text())
-
-
-def _t_interval(values: np.ndarray) -> tuple[float, float]:
-    """Mean and half-width of the 95% t-interval (nan half-width for fewer than 2 values)."""
-    from scipy import stats
-
-    n = len(values)
-    mean = float(np.mean(values))
-    if n < 2:
-        return mean, math.nan
-    half = float(stats.t.ppf(0.975, n - 1) * np.std(values, ddof=1) / math.sqrt(n))
-    return mean, half
 
 
 def _seed_value(entry: dict[str, Any], metric: str) -> tuple[float, bool]:
@@ -72,11 +58,11 @@ def collect(results: Path, arms: dict[str, Any]) -> dict[str, dict[int, dict[str
         for run in sorted((results / "runs" / arm).glob("s*")):
             if not (run / "evaluation.json").is_file():
                 continue
-            evaluation = _load(run / "evaluation.json")
+            evaluation = load_json(run / "evaluation.json")
             final = evaluation.get("final")  # mechanism arms evaluate the selected one only
             selected = final if evaluation["best"].get("same_as") == "final" else evaluation["best"]
             out.setdefault(arm, {})[int(run.name[1:])] = {
-                "meta": _load(run / "meta.json"),
+                "meta": load_json(run / "meta.json"),
                 "final": final,
                 "selected": selected,
             }
@@ -85,7 +71,7 @@ def collect(results: Path, arms: dict[str, Any]) -> dict[str, dict[int, dict[str
 
 def _adamw(results: Path, key: str) -> dict[str, Any] | None:
     path = results / "adamw" / f"{key}.json"
-    return _load(path) if path.is_file() else None
+    return load_json(path) if path.is_file() else None
 
 
 def parent(arm: str, arms: dict[str, Any]) -> str | None:
@@ -96,16 +82,6 @@ def parent(arm: str, arms: dict[str, Any]) -> str | None:
     if arm == "elo" or arms[arm].preset.startswith("pes"):
         return "pes"
     return "elo"
-
-
-def _paired(values: dict[int, float], baseline: dict[int, float]) -> dict[str, Any] | None:
-    """Paired difference `values - baseline` over the seeds both have: mean, 95% half-width,
-    wins (seeds where the difference is negative: lower loss) and n."""
-    diffs = [v - baseline[s] for s, v in values.items() if s in baseline]
-    if not diffs:
-        return None
-    mean, half = _t_interval(np.asarray(diffs))
-    return {"mean": mean, "ci95": half, "wins": int(sum(d < 0 for d in diffs)), "n": len(diffs)}
 
 
 def _per_seed(seeds, selection: str, key: str, metric: str) -> dict[int, tuple[float, bool]]:
@@ -142,7 +118,7 @@ def summarise(results: Path, arms: dict[str, Any], tasks, horizons) -> dict[str,
                     if not values:
                         continue
                     losses = np.asarray([v for v, _ in values.values()])
-                    mean, half = _t_interval(losses)
+                    mean, half = t_interval(losses)
                     entry = {
                         "mean": mean,
                         "ci95": half,
@@ -154,13 +130,13 @@ def summarise(results: Path, arms: dict[str, Any], tasks, horizons) -> dict[str,
                     for name in ("pes", "elo"):
                         if name != arm and name in runs:
                             other = _per_seed(runs[name], selection, key, metric)
-                            d = _paired(loss, {s: v for s, (v, _) in other.items()})
+                            d = paired(loss, {s: v for s, (v, _) in other.items()})
                             if d is not None:
                                 entry[f"vs_{name}"] = d
                     per_key[key] = entry
                 table[arm][f"{selection}/{metric}"] = per_key
         table[arm]["meta"] = {
-            "best_validation_score": _t_interval(
+            "best_validation_score": t_interval(
                 np.asarray([r["meta"]["best_validation_score"] for r in seeds.values()])
             ),
             "diverged_resets": int(sum(r["meta"]["totals"]["diverged"] for r in seeds.values())),
@@ -219,7 +195,7 @@ def in_distribution(seeds) -> dict[str, Any] | None:
         "num_steps": entries[0]["num_steps"],
         "scales": scales,
         "n": len(entries),
-        "loss": [_t_interval(capped[:, i]) for i in range(len(scales))],
+        "loss": [t_interval(capped[:, i]) for i in range(len(scales))],
         "diverged_seeds": [int(diverged[:, i].sum()) for i in range(len(scales))],
     }
 
@@ -238,13 +214,13 @@ def overview(runs, arm: str, base: str | None, adamw, keys, horizons) -> dict[st
         if k in r["selected"]["held_out"]
     )
     out: dict[str, Any] = {
-        "ratio_to_adamw": _t_interval(np.asarray(list(ratios.values()))) if ratios else None,
+        "ratio_to_adamw": t_interval(np.asarray(list(ratios.values()))) if ratios else None,
         "ratio_per_seed": {str(s): v for s, v in ratios.items()},
         "diverged_seed_cells_at_5k_10k": int(diverged),
         "cells_at_5k_10k": len(long) * len(runs[arm]),
     }
     if base is not None and base in runs:
-        out["ratio_vs_parent"] = _paired(ratios, _ratio_to_adamw(runs[base], adamw, keys))
+        out["ratio_vs_parent"] = paired(ratios, _ratio_to_adamw(runs[base], adamw, keys))
     return out
 
 
@@ -316,13 +292,8 @@ def _fmt(entry: dict[str, Any] | None, versus: str | None = None) -> str:
     if entry.get("diverged_seeds"):
         text += f" ({entry['diverged_seeds']}/{entry['n']} div)"
     if versus is not None and f"vs_{versus}" in entry:
-        text += "<br>" + _fmt_delta(entry[f"vs_{versus}"])
+        text += "<br>" + fmt_delta(entry[f"vs_{versus}"])
     return text
-
-
-def _fmt_delta(d: dict[str, Any]) -> str:
-    half = "" if math.isnan(d["ci95"]) else f" ± {d['ci95']:.3f}"
-    return f"Δ {d['mean']:+.3f}{half}, {d['wins']}/{d['n']} wins"
 
 
 def _held_out_table(summary, arms: list[str], selection: str, keys, versus) -> list[str]:
@@ -370,7 +341,7 @@ def markdown(summary: dict[str, Any], tasks, horizons, environment: dict[str, An
     run_commits = ", ".join(summary.get("run_commits", [])) or "none yet"
     keys = [f"{t}@{h}" for t in tasks for h in horizons]
     lines = [
-        "Generated by `python benchmarks/ablation.py --report` at commit "
+        "Generated by `python -m studies.ablation_small_fc.study --report` at commit "
         f"{summary.get('report_commit')}; study settings fixed at commit "
         f"{environment.get('commit')}; runs meta-trained at commit(s) {run_commits} by "
         "`elo meta-train` with its default CPU device split "
@@ -420,7 +391,7 @@ def markdown(summary: dict[str, Any], tasks, horizons, environment: dict[str, An
         lines.append(
             f"| {row['label']} ({len(row['seeds'])}) | "
             f"{table[base]['label'] if base in table else '–'} | {ratio_text} | "
-            f"{_fmt_delta(delta) if delta else '–'} | "
+            f"{fmt_delta(delta) if delta else '–'} | "
             f"{o['diverged_seed_cells_at_5k_10k']}/{o['cells_at_5k_10k']} | {score_text} | "
             f"{row['meta']['diverged_resets']} |"
         )
@@ -452,17 +423,6 @@ def markdown(summary: dict[str, Any], tasks, horizons, environment: dict[str, An
         lines.append("")
         lines.append("Not finished yet: " + ", ".join(summary["missing"]) + ".")
     return "\n".join(lines) + "\n"
-
-
-def _ci_band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from scipy import stats
-
-    mean = np.nanmean(curves, axis=0)
-    n = curves.shape[0]
-    if n < 2:
-        return mean, np.zeros_like(mean)
-    half = stats.t.ppf(0.975, n - 1) * np.nanstd(curves, axis=0, ddof=1) / math.sqrt(n)
-    return mean, half
 
 
 def figures(results: Path, arms, tasks, horizons) -> list[Path]:
@@ -522,7 +482,7 @@ def _held_out_figure(results, runs, arms, color, shown, tasks, horizon, name) ->
                 continue
             steps = np.asarray(entries[0]["steps"])
             per_seed = np.asarray([np.nanmean(_nan(e["test_loss_curve"]), axis=0) for e in entries])
-            mean, half = _ci_band(per_seed)
+            mean, half = ci_band(per_seed)
             ax.plot(steps, mean, color=color[arm], label=f"{arms[arm].label} (n={len(entries)})")
             if arm in banded:
                 low = np.maximum(mean - half, 0.0)
@@ -562,16 +522,14 @@ def _meta_training_figure(results, runs, arms, color, shown, name) -> Path:
         steps = np.asarray(metas[0]["curves"]["step"])
         for ax, curve in ((axes[0], "meta_loss"), (axes[2], "max_inner_step")):
             n = min(len(m["curves"][curve]) for m in metas)
-            mean, half = _ci_band(_nan(m["curves"][curve][:n] for m in metas))
+            mean, half = ci_band(_nan(m["curves"][curve][:n] for m in metas))
             ax.plot(steps[:n], mean, color=color[arm], label=arms[arm].label)
             if arm in banded:
                 low = np.maximum(mean - half, 0.0)
                 ax.fill_between(steps[:n], low, mean + half, alpha=0.15, color=color[arm])
         m = min(len(x["validation"]) for x in metas)
         vsteps = np.asarray([c["step"] for c in metas[0]["validation"][:m]])
-        mean, half = _ci_band(
-            np.asarray([[c["score"] for c in x["validation"][:m]] for x in metas])
-        )
+        mean, half = ci_band(np.asarray([[c["score"] for c in x["validation"][:m]] for x in metas]))
         axes[1].plot(
             vsteps,
             mean,
@@ -601,7 +559,7 @@ def report(results: Path, arms, tasks, horizons, docs_images: Path | None = None
     `docs_images` (the Results page of the docs includes `summary.md` and shows them)."""
     import shutil
 
-    environment = _load(results / "settings.json").get("environment", {})
+    environment = load_json(results / "settings.json").get("environment", {})
     summary = summarise(results, arms, tasks, horizons)
     summary["environment"] = environment
     summary["run_commits"] = sorted(

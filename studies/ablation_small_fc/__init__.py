@@ -1,0 +1,1 @@
+"""The `ablation_small_fc` study (see its README.md)."""

@@ -1,0 +1,1 @@
+"""The `buffer_reach` study (see its README.md)."""

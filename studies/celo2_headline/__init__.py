@@ -1,0 +1,1 @@
+"""The `celo2_headline` study (see its README.md)."""

@@ -1,0 +1,178 @@
+"""The headline study's held-out evaluation: every optimizer tuned the same way on every cell.
+
+    python -m studies.celo2_headline.evaluate baselines   # tuned AdamW, Muon and SGD
+    python -m studies.celo2_headline.evaluate runs        # each finished main run, both checkpoints
+    python -m studies.celo2_headline.evaluate horizon     # item 1: the small_fc study at 30K steps
+
+Each (optimizer, cell) is `elo.tune`: settings.SWEEP_POINTS values on a log grid (peak learning
+rates of AdamW/Muon/SGD with warm-up and cosine decay; a learned optimizer's `learning_rate`
+multiplier), settings.EVAL_SEEDS seeds, the value chosen on the validation split. Every result is
+cached as JSON under --results-dir/evaluation; rerunning skips what exists. Two drivers can share
+the work (a lock per result).
+"""
+
+import argparse
+import fcntl
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import elo
+from studies import common
+from studies.celo2_headline import settings, tasks
+
+
+HERE = Path(__file__).parent
+BASELINES = ("adamw", "muon", "sgd")
+# Item 1 of the study's issue: does PES degrade at horizons far beyond its training? The small_fc
+# study's validation-selected PES and ELO checkpoints on two held-out tasks at 30K steps.
+LONG_HORIZON = 30_000
+LONG_HORIZON_TASKS = ("mlp-w128-d3_fashionmnist-8x8x1", "mlp-w64-d2_cifar10-8x8x3")
+SMALL_FC_STUDY = HERE.parent / "ablation_small_fc" / "results" / "runs"
+
+
+def log(message: str) -> None:
+    common.log("celo2-eval", message)
+
+
+def cells() -> list[tuple[str, int]]:
+    """Every held-out (task, horizon) of the protocol, in a fixed order."""
+    out = [(t, h) for t in settings.HELD_OUT_IMAGE for h in settings.HORIZONS]
+    out += [(settings.LANGUAGE_MODEL, h) for h in settings.HORIZONS]
+    return out + list(settings.OTHER_CELLS)
+
+
+def get_task(name: str) -> elo.tasks.AbstractTask:
+    """A held-out task by name: the two of `tasks.py`, else `elo.tasks.get_task`."""
+    if name == tasks.REGRESSION:
+        return tasks.regression_task()
+    if name == tasks.RECURRENT:
+        return tasks.recurrent_task()
+    return elo.tasks.get_task(name)
+
+
+def capped_final(result: elo.Evaluation) -> tuple[float, bool]:
+    """The protocol's value of a run: the mean over seeds of the final test loss, each capped at
+    its run's initial test loss, and whether it diverged."""
+    test = np.asarray(result.test_loss, np.float64)
+    final, initial = test[:, -1], test[:, 0]
+    capped = np.where(np.isfinite(final), np.minimum(final, initial), initial)
+    return float(np.mean(capped)), bool(result.diverged())
+
+
+def summarise(tuned: Any, seconds: float) -> dict[str, Any]:
+    """A tuned optimizer on one cell: the chosen value's figures, every value's, the default."""
+    per_value = []
+    for value, result in zip(tuned.values, tuned.sweep):
+        test, diverged = capped_final(result)
+        validation = float(np.mean(np.asarray(result.validation_loss, np.float64)[:, -1]))
+        per_value.append(
+            {
+                "value": value,
+                "validation_loss": common.finite_or_none(validation),
+                "test_loss": common.finite_or_none(test),
+                "diverged": diverged,
+            }
+        )
+    chosen = tuned.best
+    default = int(np.argmin([abs(math.log(v)) for v in tuned.values]))
+    return {
+        "name": tuned.name,
+        "hyperparameter": tuned.hyperparameter,
+        "selected": tuned.selected,
+        "value": tuned.value,
+        "test_loss": per_value[tuned.selected]["test_loss"],
+        "diverged": per_value[tuned.selected]["diverged"],
+        "default_index": default,
+        "default_test_loss": per_value[default]["test_loss"],
+        "default_diverged": per_value[default]["diverged"],
+        "sweep": per_value,
+        "steps": [int(s) for s in chosen.steps],
+        "test_loss_curve": np.asarray(chosen.test_loss, np.float64).mean(0).tolist(),
+        "seconds": seconds,
+        "environment": common.environment(),
+    }
+
+
+def tune_cached(path: Path, optimizer: Any, task_name: str, horizon: int) -> None:
+    """Tune `optimizer` on one cell into `path`, unless it exists or another driver has it."""
+    if path.is_file():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        if path.is_file():
+            return
+        started = time.perf_counter()
+        tuned = elo.tune(
+            optimizer,
+            get_task(task_name),
+            num_steps=horizon,
+            num_values=settings.SWEEP_POINTS,
+            seeds=settings.EVAL_SEEDS,
+            eval_every=max(1, horizon // 10),
+        )
+        common.write_json(path, summarise(tuned, time.perf_counter() - started))
+        log(f"{path.relative_to(path.parents[2])}: {time.perf_counter() - started:.0f} s")
+
+
+def run_baselines(out: Path) -> None:
+    for task, horizon in cells():
+        for name in BASELINES:
+            tune_cached(out / "baselines" / name / f"{task}@{horizon}.json", name, task, horizon)
+
+
+def run_learned(out: Path, results: Path) -> None:
+    for meta in sorted(results.glob("main/*/s*/meta.json")):
+        run = meta.parent
+        for which in ("best", "final"):
+            lo = elo.load_optimizer(run / f"{which}_optimizer.eqx")
+            name = f"{run.parent.name}/{run.name}/{which}"
+            for task, horizon in cells():
+                tune_cached(out / "runs" / name / f"{task}@{horizon}.json", lo, task, horizon)
+
+
+def run_long_horizon(out: Path) -> None:
+    for task in LONG_HORIZON_TASKS:
+        tune_cached(
+            out / "horizon" / "adamw" / f"{task}@{LONG_HORIZON}.json", "adamw", task, LONG_HORIZON
+        )
+    for seed in range(5):
+        for arm in ("pes", "elo"):
+            lo = elo.load_optimizer(SMALL_FC_STUDY / arm / f"s{seed}" / "best_optimizer.eqx")
+            for task in LONG_HORIZON_TASKS:
+                path = out / "horizon" / f"{arm}_s{seed}" / f"{task}@{LONG_HORIZON}.json"
+                tune_cached(path, lo, task, LONG_HORIZON)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("command", choices=("baselines", "runs", "horizon"))
+    parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
+    args = parser.parse_args()
+    results = Path(args.results_dir)
+    out = results / "evaluation"
+    path = out / "settings.json"
+    current = settings.evaluation()
+    if path.is_file() and common.load_json(path)["settings"] != current:
+        raise SystemExit(f"{path} records other evaluation settings; use another --results-dir.")
+    if not path.is_file():
+        common.write_json(path, {"settings": current, "environment": common.environment()})
+    if args.command == "baselines":
+        run_baselines(out)
+    elif args.command == "runs":
+        run_learned(out, results)
+    else:
+        run_long_horizon(out)
+
+
+if __name__ == "__main__":
+    main()

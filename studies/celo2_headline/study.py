@@ -1,0 +1,279 @@
+"""The ELO-Celo2 headline study: meta-training (pilot and main runs), resumable and cached.
+
+    python -m studies.celo2_headline.study pilot    # the pilot (meta learning rate, schedule)
+    python -m studies.celo2_headline.study train    # the main runs, once the pilot has decided
+    python -m studies.celo2_headline.study status   # where every run stands
+
+Every run is `elo meta-train` in a subprocess, in a run directory under --runs-dir that resumes
+where it stopped (checkpoints every settings.CHECKPOINT_EVERY steps). A finished run's summary,
+metrics and optimizers (final and validation-selected) go to --results-dir. Two drivers can share
+a queue (a lock per run): start both to keep two cores busy. Which commit advanced a run over
+which steps is recorded in its `segments.json`. See README.md for the protocol.
+"""
+
+import argparse
+import fcntl
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import elo
+from studies import common
+from studies.celo2_headline import settings
+
+
+HERE = Path(__file__).parent
+
+
+def log(message: str) -> None:
+    common.log("celo2", message)
+
+
+def run_name(arm: str, seed: int, learning_rate: float, schedule: str, pilot: bool) -> str:
+    """The run's directory name: `pilot/<arm>_lr<lr>[_<schedule>]` or `main/<arm>/s<seed>`."""
+    if not pilot:
+        return f"main/{arm}/s{seed}"
+    tag = f"{arm}_lr{learning_rate:.0e}"
+    return tag + (f"_{schedule}" if arm in settings.ELO_ARMS else "")
+
+
+def meta_train_argv(arm: str, seed: int, out: Path, fields: dict[str, Any], pilot: bool):
+    """The `elo meta-train` command of one run."""
+    every = settings.PILOT_CHECK_EVERY if pilot else settings.CHECK_EVERY
+    argv = [sys.executable, "-m", "elo.cli", "meta-train", "--preset", settings.ARMS[arm].preset]
+    argv += ["--steps", str(fields["num_outer_steps"]), "--seed", str(seed), "--out", str(out)]
+    argv += ["--no-progress", "--checkpoint-every", str(settings.CHECKPOINT_EVERY)]
+    argv += ["--validate-every", str(every), "--validate-steps", str(settings.VALIDATE_STEPS)]
+    argv += ["--validate-task", ",".join(settings.SELECTION_TASKS)]
+    for field, value in fields.items():
+        if field != "num_outer_steps":
+            argv += ["--set", f"{field}={value}"]
+    return argv
+
+
+def steps_done(run_dir: Path) -> int:
+    """Outer steps a run directory has recorded (0 when it has none)."""
+    records = elo.read_metrics(run_dir)
+    return records[-1]["step"] if records else 0
+
+
+def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: bool, args) -> bool:
+    """Run or resume one meta-training run and summarise it; False when another driver has it."""
+    results = Path(args.results_dir) / name
+    if (results / "meta.json").is_file():
+        return True
+    locks = Path(args.runs_dir) / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / (name.replace("/", "_") + ".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        out = Path(args.runs_dir) / name
+        total = fields["num_outer_steps"]
+        start = steps_done(out)
+        if start < total:
+            log(f"{name}: meta-training from step {start} of {total}")
+            log_path = Path(args.runs_dir) / "logs" / (name.replace("/", "_") + ".log")
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            started = time.time()
+            with open(log_path, "a") as f:
+                code = subprocess.call(
+                    meta_train_argv(arm, seed, out, fields, pilot),
+                    stdout=f,
+                    stderr=subprocess.STDOUT,
+                )
+            segment = {
+                "environment": common.environment(),
+                "from_step": start,
+                "to_step": steps_done(out),
+                "seconds": time.time() - started,
+                "exit_code": code,
+            }
+            segments_path = results / "segments.json"
+            segments = common.load_json(segments_path) if segments_path.is_file() else []
+            common.write_json(segments_path, [*segments, segment])
+            if code != 0:
+                log(f"{name}: elo meta-train exited with {code} at step {segment['to_step']}")
+                return True
+        summarise(name, out, results, arm, seed, fields)
+        log(f"{name}: done")
+        return True
+
+
+def summarise(name: str, out: Path, results: Path, arm: str, seed: int, fields) -> None:
+    """A finished run's summary, metrics and both optimizers into the results directory."""
+    records = elo.read_metrics(out)
+    checks = elo.read_validation(out)
+    # Ties go to the earlier check, as `elo meta-train` keeps best_optimizer.eqx.
+    best = min(checks, key=lambda r: (r["validation"]["score"], r["step"]))
+    config = json.loads((out / "config.json").read_text())["config"]
+    results.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(out / "metrics.jsonl", results / "metrics.jsonl")
+    elo.save_optimizer(results / "final_optimizer.eqx", elo.load_optimizer(out))
+    shutil.copyfile(out / "best_optimizer.eqx", results / "best_optimizer.eqx")
+    totals = ("diverged", "nonfinite", "buffer_resumes", "fresh_resets", "nonfinite_grads")
+    common.write_json(
+        results / "meta.json",
+        {
+            "name": name,
+            "arm": arm,
+            "seed": seed,
+            "overrides": fields,
+            "config": config,
+            "outer_steps": len(records),
+            "seconds_meta_steps": float(sum(r["seconds"] for r in records)),
+            "seconds_validation": float(sum(r["seconds"] for r in checks)),
+            "totals": {k: int(sum(r.get(k) or 0 for r in records)) for k in totals},
+            "max_inner_step": int(max(r["max_inner_step"] for r in records)),
+            "validation": [
+                {"step": r["step"], "score": r["validation"]["score"]}
+                | {
+                    t["task"]: t["score"]
+                    for t in r["validation"].get("per_task", [r["validation"]])
+                }
+                for r in checks
+            ],
+            "best_validation_step": best["step"],
+            "best_validation_score": best["validation"]["score"],
+        },
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# The pilot
+
+
+def pilot_runs() -> list[tuple[str, str, float, str]]:
+    """Stage 1 of the pilot: (name, arm, learning rate, schedule) for each method and rate."""
+    return [
+        (run_name(arm, 0, lr, settings.DEFAULT_SCHEDULE, True), arm, lr, settings.DEFAULT_SCHEDULE)
+        for lr in settings.PILOT_LEARNING_RATES
+        for arm in ("pes_celo2", "elo_celo2")
+    ]
+
+
+def choose(scores: dict[Any, float | None]) -> Any:
+    """The candidate with the lowest score (`None`/non-finite: never chosen); ties go to the
+    first listed (the smaller learning rate, the default schedule)."""
+    finite = {k: v for k, v in scores.items() if v is not None and math.isfinite(v)}
+    if not finite:
+        raise ValueError(f"no candidate has a finite score: {scores}")
+    return min(finite, key=lambda k: (finite[k], list(scores).index(k)))
+
+
+def pilot_decision(results: Path) -> dict[str, Any] | None:
+    """The pilot's choices from its finished runs, or None while a run it needs is unfinished."""
+
+    def score(name: str) -> float | None:
+        path = results / name / "meta.json"
+        return common.load_json(path)["best_validation_score"] if path.is_file() else None
+
+    decision: dict[str, Any] = {"learning_rate": {}, "scores": {}}
+    for arm in ("pes_celo2", "elo_celo2"):
+        scores = {
+            lr: score(run_name(arm, 0, lr, settings.DEFAULT_SCHEDULE, True))
+            for lr in settings.PILOT_LEARNING_RATES
+        }
+        decision["scores"][arm] = {f"{lr:.0e}": s for lr, s in scores.items()}
+        if any(s is None for s in scores.values()):
+            return None
+        decision["learning_rate"][arm] = choose(scores)
+    lr = decision["learning_rate"]["elo_celo2"]
+    schedules = {s: score(run_name("elo_celo2", 0, lr, s, True)) for s in settings.PILOT_SCHEDULES}
+    decision["scores"]["elo_celo2_schedule"] = schedules
+    if any(s is None for s in schedules.values()):
+        return decision | {"schedule": None}
+    decision["schedule"] = choose(schedules)
+    decision["learning_rate"]["pes_small_fc"] = decision["learning_rate"]["pes_celo2"]
+    decision["learning_rate"]["elo_small_fc"] = decision["learning_rate"]["elo_celo2"]
+    return decision
+
+
+def run_pilot(args) -> None:
+    results = Path(args.results_dir)
+    for name, arm, lr, schedule in pilot_runs():
+        fields = settings.preset_overrides(arm, lr, schedule, settings.PILOT_STEPS)
+        train_one(f"pilot/{name}", arm, settings.PILOT_SEED, fields, True, args)
+    partial = pilot_decision(results / "pilot")
+    if partial is None:
+        log("pilot: stage 1 is not finished (another driver holds a run)")
+        return
+    lr = partial["learning_rate"]["elo_celo2"]
+    for schedule in settings.PILOT_SCHEDULES:
+        name = run_name("elo_celo2", 0, lr, schedule, True)
+        fields = settings.preset_overrides("elo_celo2", lr, schedule, settings.PILOT_STEPS)
+        train_one(f"pilot/{name}", "elo_celo2", settings.PILOT_SEED, fields, True, args)
+    decision = pilot_decision(results / "pilot")
+    if decision is None or decision["schedule"] is None:
+        log("pilot: the schedule comparison is not finished (another driver holds a run)")
+        return
+    common.write_json(results / "pilot_decision.json", decision)
+    log(f"pilot decided: {decision['learning_rate']}, schedule {decision['schedule']}")
+
+
+# ------------------------------------------------------------------------------------------
+# The main runs
+
+
+def run_main(args) -> None:
+    path = Path(args.results_dir) / "pilot_decision.json"
+    if not path.is_file():
+        raise SystemExit(f"{path} does not exist: run the pilot first (study.py pilot).")
+    decision = common.load_json(path)
+    for seed in settings.MAIN_SEEDS:
+        for arm in settings.ARMS:
+            lr = decision["learning_rate"][arm]
+            fields = settings.preset_overrides(arm, lr, decision["schedule"], settings.META_STEPS)
+            train_one(
+                run_name(arm, seed, lr, decision["schedule"], False), arm, seed, fields, False, args
+            )
+
+
+def status(args) -> None:
+    runs, results = Path(args.runs_dir), Path(args.results_dir)
+    for metrics in sorted(runs.glob("**/metrics.jsonl")):
+        run = metrics.parent
+        name = str(run.relative_to(runs))
+        total = json.loads((run / "config.json").read_text())["config"]["num_outer_steps"]
+        done = "summarised" if (results / name / "meta.json").is_file() else ""
+        print(f"{name:45s} {steps_done(run):6d} / {total:6d} {done}")
+
+
+def check_settings(results: Path) -> None:
+    """Record the settings with the first run; refuse to mix runs made with other settings."""
+    path = results / "settings.json"
+    current = settings.meta_training()
+    if path.is_file():
+        recorded = common.load_json(path)["settings"]
+        if {k: recorded.get(k) for k in current} != current:
+            raise SystemExit(
+                f"{path} records other settings than settings.py; use another --results-dir "
+                "(and --runs-dir) for a different study."
+            )
+    else:
+        common.write_json(path, {"settings": current, "environment": common.environment()})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("command", choices=("pilot", "train", "status"))
+    parser.add_argument("--runs-dir", default=str(HERE / "runs"), help="run directories")
+    parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
+    args = parser.parse_args()
+    if args.command == "status":
+        status(args)
+        return
+    check_settings(Path(args.results_dir))
+    {"pilot": run_pilot, "train": run_main}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()

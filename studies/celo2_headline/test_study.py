@@ -1,0 +1,111 @@
+"""The headline study's fixed choices: every run's configuration is valid, and the pilot's and
+the checkpoint selection's rules pick what they say, on synthetic results."""
+
+import json
+import math
+
+import pytest
+
+import elo
+from studies import common
+from studies.celo2_headline import settings, study
+
+
+@pytest.mark.parametrize("arm", list(settings.ARMS))
+@pytest.mark.parametrize("schedule", list(settings.PILOT_SCHEDULES))
+def test_every_run_configuration_is_a_valid_config_at_the_papers_width(arm, schedule):
+    fields = settings.preset_overrides(arm, 3e-4, schedule, settings.META_STEPS)
+    config = elo.presets.get_preset(settings.ARMS[arm].preset, **fields)
+    assert len(config.tasks) == 3 and config.num_particles == 8
+    assert (config.truncation_length, config.min_horizon, config.max_horizon) == (50, 100, 2000)
+    assert config.num_outer_steps == settings.META_STEPS
+    assert config.meta_final_learning_rate == pytest.approx(3e-5)
+    assert config.optimizer == ("celo2" if "celo2" in arm else "small_fc")
+    if arm in settings.ELO_ARMS:
+        start, end, floor = settings.PILOT_SCHEDULES[schedule]
+        assert config.supervision_start_fraction == start
+        assert config.supervision_end_fraction == end
+        assert config.direction_floor == floor
+        assert config.expert == ("muon" if "celo2" in arm else "adamw")
+    else:
+        assert config.expert == "none" and config.resume_probability == 0.0
+
+
+def test_selection_tasks_are_not_held_out_tasks():
+    assert not set(settings.SELECTION_TASKS) & set(settings.HELD_OUT_IMAGE)
+    for name in settings.SELECTION_TASKS:
+        elo.tasks.get_task(name)  # every name resolves
+
+
+def test_meta_train_command_parses_and_carries_every_override(tmp_path):
+    fields = settings.preset_overrides("elo_celo2", 1e-3, "reference_5_50", 40)
+    argv = study.meta_train_argv("elo_celo2", 3, tmp_path / "run", fields, pilot=True)
+    assert argv[argv.index("--validate-task") + 1] == ",".join(settings.SELECTION_TASKS)
+    sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    assert "direction_floor=0.3" in sets and "meta_learning_rate=0.001" in sets
+    assert argv[argv.index("--steps") + 1] == "40" and argv[argv.index("--seed") + 1] == "3"
+
+
+def test_choose_takes_the_lowest_finite_score_and_breaks_ties_by_order():
+    assert study.choose({1e-4: 0.5, 3e-4: 0.4, 1e-3: math.nan}) == 3e-4
+    assert study.choose({1e-4: 0.4, 3e-4: 0.4, 1e-3: None}) == 1e-4
+    with pytest.raises(ValueError, match="no candidate"):
+        study.choose({1e-4: None, 3e-4: math.inf})
+
+
+def _finished(results, name, score):
+    common.write_json(results / name / "meta.json", {"best_validation_score": score})
+
+
+def test_the_pilot_decides_each_methods_rate_then_elos_schedule(tmp_path):
+    scores = {"pes_celo2": (0.50, 0.45, 0.47), "elo_celo2": (0.60, 0.52, 0.48)}
+    for arm, values in scores.items():
+        for lr, score in zip(settings.PILOT_LEARNING_RATES, values):
+            name = study.run_name(arm, 0, lr, settings.DEFAULT_SCHEDULE, True)
+            _finished(tmp_path, name, score)
+    partial = study.pilot_decision(tmp_path)
+    assert partial is not None and partial["schedule"] is None
+    assert partial["learning_rate"] == {"pes_celo2": 3e-4, "elo_celo2": 1e-3}
+    _finished(tmp_path, study.run_name("elo_celo2", 0, 1e-3, "reference_5_50", True), 0.47)
+    decision = study.pilot_decision(tmp_path)
+    assert decision["schedule"] == "reference_5_50"
+    assert decision["learning_rate"]["elo_small_fc"] == 1e-3
+    assert decision["learning_rate"]["pes_small_fc"] == 3e-4
+    json.dumps(decision)  # recordable
+
+
+def test_an_unfinished_pilot_decides_nothing(tmp_path):
+    _finished(tmp_path, study.run_name("pes_celo2", 0, 1e-4, "", True), 0.5)
+    assert study.pilot_decision(tmp_path) is None
+
+
+def test_a_results_directory_continues_only_with_the_same_meta_training_settings(
+    tmp_path, monkeypatch
+):
+    study.check_settings(tmp_path)
+    study.check_settings(tmp_path)  # unchanged: continues
+    monkeypatch.setattr(settings, "META_STEPS", settings.META_STEPS + 1)
+    with pytest.raises(SystemExit, match="other settings"):
+        study.check_settings(tmp_path)
+
+
+def test_evaluation_summary_reports_the_chosen_value_the_default_and_every_value():
+    from studies.celo2_headline import evaluate
+
+    tuned = elo.tune("adamw", "quadratic-d10", num_steps=6, values=[1e-3, 1.0], seeds=2)
+    summary = evaluate.summarise(tuned, seconds=1.0)
+    assert summary["selected"] == tuned.selected and summary["value"] == tuned.value
+    assert [v["value"] for v in summary["sweep"]] == pytest.approx([1e-3, 1.0])
+    assert summary["default_index"] == 1  # the value closest to 1 (a learned optimizer's default)
+    chosen = summary["sweep"][summary["selected"]]
+    assert summary["test_loss"] == chosen["test_loss"]
+    value, diverged = evaluate.capped_final(tuned.best)
+    assert value == pytest.approx(chosen["test_loss"]) and diverged == chosen["diverged"]
+    json.dumps(summary)
+
+
+def test_every_protocol_cell_is_listed_once():
+    from studies.celo2_headline import evaluate
+
+    cells = evaluate.cells()
+    assert len(cells) == len(set(cells)) == 15

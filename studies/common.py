@@ -1,0 +1,126 @@
+"""What every study shares: provenance, atomic JSON results, paired statistics, formatting.
+
+A study's results record the code and machine that produced them (`environment`), are written
+atomically (`write_json`), and compare methods on paired meta-training seeds with 95%
+t-intervals (`t_interval`, `paired`, `ci_band`).
+"""
+
+import json
+import math
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_commit(code: tuple[str, ...] = ("elo", "studies", "benchmarks")) -> str:
+    """The checked-out commit, with `-dirty` when Python code under `code` differs from it
+    (result files that a study rewrites do not count); `unknown` outside a git checkout."""
+    run: dict[str, Any] = dict(cwd=ROOT, capture_output=True, text=True)
+    try:
+        found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **run)
+    except OSError:
+        return "unknown"
+    if found.returncode != 0:
+        return "unknown"
+    paths = [f":(glob){c}/**/*.py" for c in code]
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *paths], **run).returncode
+    return found.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict[str, Any]:
+    """The code and machine a result is produced with: commit, jax version, devices, CPU."""
+    import jax
+
+    return {
+        "commit": git_commit(),
+        "jax": jax.__version__,
+        "devices": jax.device_count(),
+        "platform": jax.default_backend(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+
+
+def log(study: str, message: str) -> None:
+    """A progress line with the time and the machine's load (long jobs share 2 cores)."""
+    load = os.getloadavg()[0]
+    print(f"[{study} {time.strftime('%H:%M:%S')} load {load:.1f}] {message}", flush=True)
+
+
+def load_json(path: Path) -> Any:
+    """A JSON result file."""
+    return json.loads(Path(path).read_text())
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write `data` as JSON atomically (a killed study never leaves a torn result)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+def finite_or_none(x: float) -> float | None:
+    """`x` as a float, or `None` when it is not finite (JSON has no NaN)."""
+    return float(x) if math.isfinite(float(x)) else None
+
+
+def t_interval(values: np.ndarray) -> tuple[float, float]:
+    """Mean and half-width of the 95% t-interval (nan half-width for fewer than 2 values)."""
+    from scipy import stats
+
+    n = len(values)
+    mean = float(np.mean(values))
+    if n < 2:
+        return mean, math.nan
+    half = float(stats.t.ppf(0.975, n - 1) * np.std(values, ddof=1) / math.sqrt(n))
+    return mean, half
+
+
+def paired(values: dict[int, float], baseline: dict[int, float]) -> dict[str, Any] | None:
+    """Paired difference `values - baseline` over the seeds both have: mean, 95% half-width,
+    wins (seeds where the difference is negative: lower loss) and n; `None` with no shared seed."""
+    diffs = [v - baseline[s] for s, v in values.items() if s in baseline]
+    if not diffs:
+        return None
+    mean, half = t_interval(np.asarray(diffs))
+    return {"mean": mean, "ci95": half, "wins": int(sum(d < 0 for d in diffs)), "n": len(diffs)}
+
+
+def fmt_delta(d: dict[str, Any]) -> str:
+    """A paired difference as `Δ +0.012 ± 0.034, 2/3 wins`."""
+    half = "" if math.isnan(d["ci95"]) else f" ± {d['ci95']:.3f}"
+    return f"Δ {d['mean']:+.3f}{half}, {d['wins']}/{d['n']} wins"
+
+
+def ci_band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and 95% t half-width over the first axis of `curves` (NaN ignored)."""
+    from scipy import stats
+
+    mean = np.nanmean(curves, axis=0)
+    n = curves.shape[0]
+    if n < 2:
+        return mean, np.zeros_like(mean)
+    half = stats.t.ppf(0.975, n - 1) * np.nanstd(curves, axis=0, ddof=1) / math.sqrt(n)
+    return mean, half

@@ -1,0 +1,1 @@
+"""The `language_model` study (see its README.md)."""

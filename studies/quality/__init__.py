@@ -1,0 +1,1 @@
+"""The `quality` study (see its README.md)."""

@@ -1,0 +1,1 @@
+"""The `tutorial` study (see its README.md)."""

@@ -1,0 +1,152 @@
+"""docs/architecture.md's layer table is the import graph's truth: every module of `elo` is in
+it once, imports go to the same layer or below, there is no cycle, entry points only re-export."""
+
+import ast
+import graphlib
+import re
+from pathlib import Path
+
+import pytest
+
+
+ROOT = Path(__file__).parents[1]
+PAGE = ROOT / "docs" / "architecture.md"
+ENTRY_POINTS = ("elo", "elo.internal")
+
+
+def _modules() -> dict[str, Path]:
+    """Every module under elo/, by dotted name (a package by its own name)."""
+    out = {}
+    for path in sorted((ROOT / "elo").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of `elo` that `name` imports (relative or absolute, at any depth)."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = ".".join(base + (node.module.split(".") if node.module else []))
+            found.add(target)
+            found |= {f"{target}.{a.name}" for a in node.names}
+    return {m for m in found if m in modules and m != name}
+
+
+def _layers() -> dict[str, int]:
+    """The page's table: module (or `package.*`) → layer."""
+    text = PAGE.read_text()
+    table = text.split("<!-- layers: start -->")[1].split("<!-- layers: end -->")[0]
+    rows = re.findall(r"^\| (\d+) \| `([\w.*]+)` \|", table, flags=re.MULTILINE)
+    layers: dict[str, int] = {}
+    for layer, module in rows:
+        assert module not in layers, f"{module} is listed twice in {PAGE.name}"
+        layers[module] = int(layer)
+    return layers
+
+
+def _layer_of(module: str, layers: dict[str, int]) -> list[int]:
+    matches = [
+        layer
+        for entry, layer in layers.items()
+        if entry == module or (entry.endswith(".*") and (module + ".").startswith(entry[:-1]))
+    ]
+    return matches
+
+
+def test_every_module_is_in_the_table_once():
+    modules, layers = _modules(), _layers()
+    assert len(layers) > 20  # the table was found and parsed
+    missing = [m for m in modules if not _layer_of(m, layers)]
+    twice = [m for m in modules if len(_layer_of(m, layers)) > 1]
+    assert not missing, f"add these modules to the layer table of {PAGE.name}: {missing}"
+    assert not twice, f"these modules match two rows of {PAGE.name}: {twice}"
+    stale = [
+        entry
+        for entry in layers
+        if not any(
+            entry == m or (entry.endswith(".*") and m.startswith(entry[:-2])) for m in modules
+        )
+    ]
+    assert not stale, f"{PAGE.name} lists modules that do not exist: {stale}"
+
+
+def test_imports_go_down_and_form_no_cycle():
+    modules, layers = _modules(), _layers()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    upward = [
+        f"{name} (layer {_layer_of(name, layers)[0]}) imports {dep} "
+        f"(layer {_layer_of(dep, layers)[0]})"
+        for name, deps in graph.items()
+        for dep in sorted(deps)
+        if _layer_of(dep, layers)[0] > _layer_of(name, layers)[0]
+        # A package's __init__ re-exports its own modules.
+        and not dep.startswith(name + ".")
+    ]
+    assert not upward, "imports against the layers of docs/architecture.md:\n" + "\n".join(upward)
+    # A package imports its modules and they may import the package's siblings through it; only
+    # the modules' own arrows count for cycles.
+    arrows = {
+        name: {d for d in deps if not d.startswith(name + ".")} for name, deps in graph.items()
+    }
+    graphlib.TopologicalSorter(arrows).prepare()  # raises CycleError
+
+
+def test_the_graph_parser_sees_relative_imports():
+    modules = _modules()
+    deps = _imports("elo._inner_problem", modules["elo._inner_problem"], modules)
+    assert {"elo._restarts", "elo._divergence", "elo.tasks", "elo.optimizers._base"} <= deps
+
+
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+def test_entry_points_only_reexport(name):
+    body = ast.parse(_modules()[name].read_text()).body
+    for node in body:
+        docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        version = isinstance(node, ast.Assign) and [
+            t.id for t in node.targets if isinstance(t, ast.Name)
+        ] == ["__version__"]
+        if not (docstring or version or isinstance(node, ast.Import | ast.ImportFrom)):
+            pytest.fail(f"{name} holds more than re-exports (line {node.lineno}); move it below.")
+
+
+def test_the_inner_problem_does_not_branch_on_restart_or_divergence_settings():
+    """Those choices are policy objects built once in `_build` (issue 21): no `if`, conditional
+    expression or assert of `_inner_problem.py` tests them."""
+    source = (ROOT / "elo" / "_inner_problem.py").read_text()
+    tests = [
+        ast.get_source_segment(source, node.test) or ""
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.If | ast.IfExp | ast.Assert | ast.While)
+    ]
+    assert tests  # the parse found the module's remaining branches
+    words = ("buffer", "resum", "diverg", "settings", "restarts")
+    branches = [t for t in tests if any(w in t for w in words)]
+    assert not branches, branches
+
+
+def test_benchmarks_and_studies_import_public_elo_only():
+    """Outside `elo/` and `tests/`, code uses the documented API: no `elo._x` module, and no
+    private module of a public subpackage (`elo.cli._x`, `elo.optimizers._x`, ...)."""
+    root = Path(__file__).resolve().parents[1]
+    private = []
+    for folder in ("benchmarks", "studies"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                for name in names:
+                    parts = name.split(".")
+                    if parts[0] == "elo" and any(p.startswith("_") for p in parts[1:]):
+                        private.append(f"{path.relative_to(root)}: {name}")
+    assert not private, f"private elo modules used outside the library: {private}"

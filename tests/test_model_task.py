@@ -1,0 +1,239 @@
+"""`elo.tasks.ModelTask`: any Equinox model as an inner problem, recorded by name and
+fingerprint."""
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import elo
+from elo._checkpoint import load, save
+from elo._io import CheckpointError
+
+from .helpers import without_runtime_type_checks
+
+
+def regression_data(n=120, features=2, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, features)).astype(np.float32)
+    y = np.sin(x.sum(axis=1, keepdims=True)).astype(np.float32)
+    a, b = n // 2, 3 * n // 4
+    return {
+        "train": {"x": x[:a], "y": y[:a]},
+        "validation": {"x": x[a:b], "y": y[a:b]},
+        "test": {"x": x[b:], "y": y[b:]},
+    }
+
+
+def mse(model, batch):
+    return jnp.mean((jax.vmap(model)(batch["x"]) - batch["y"]) ** 2)
+
+
+def mlp(key, features=2, width=8):
+    return eqx.nn.MLP(features, 1, width, 1, key=key)
+
+
+def make_task(width=8, name="sine", **kwargs):
+    """A task on `regression_data`; `max_loss` is given (measuring it compiles a program)."""
+    data = kwargs.pop("data", None) or regression_data()
+    features = data["train"]["x"].shape[1]
+    model = (
+        mlp
+        if (features, width) == (2, 8)
+        else functools.partial(mlp, features=features, width=width)
+    )
+    kwargs.setdefault("max_loss", 3.0)
+    return elo.tasks.ModelTask(model, mse, data, batch_size=16, name=name, **kwargs)
+
+
+def tiny_config(**overrides):
+    fields = dict(
+        num_particles=2,
+        truncation_length=3,
+        min_horizon=5,
+        max_horizon=10,
+        initial_step_offset=2,
+        num_outer_steps=8,
+    )
+    fields.update(overrides)
+    return elo.presets.pes_small_fc(**fields)
+
+
+class Scaled(eqx.Module):
+    """A model with non-float fields: an integer array, a function and a Python number."""
+
+    linear: eqx.nn.Linear
+    index: jax.Array
+    activation: object
+    offset: float
+
+    def __call__(self, x):
+        return self.activation(self.linear(x[self.index])) + self.offset
+
+
+def test_non_float_fields_stay_inside_the_task():
+    data = regression_data()
+    model = Scaled(eqx.nn.Linear(2, 1, key=jr.key(0)), jnp.array([1, 0]), jnp.tanh, 0.5)
+    task = elo.tasks.ModelTask(model, mse, data, batch_size=8, name="scaled")
+    params = task.init(jr.key(3))
+    leaves = jax.tree.leaves(params)
+    assert len(leaves) == 2 and all(jnp.issubdtype(x.dtype, jnp.floating) for x in leaves)
+    # A fixed model: every initialisation starts from its parameters.
+    assert eqx.tree_equal(params, eqx.filter(model, eqx.is_inexact_array))
+    batch = task.sample_batch(jr.key(1))
+    assert jnp.allclose(task.batch_loss(params, batch), mse(model, batch))
+    grads = jax.grad(task.loss)(params, jr.key(1))
+    assert jax.tree.structure(grads) == jax.tree.structure(params)
+    assert task.loss(params, jr.key(1)) == task.batch_loss(params, task.sample_batch(jr.key(1)))
+
+
+def test_a_model_factory_draws_a_fresh_model_per_key():
+    task = make_task()
+    a, b = task.init(jr.key(0)), task.init(jr.key(1))
+    assert not eqx.tree_equal(a, b)
+    assert eqx.tree_equal(a, task.init(jr.key(0)))
+
+
+def test_meta_trains_beside_a_built_in_task_and_records_the_tasks():
+    task = make_task()
+    quadratic = elo.tasks.get_task("quadratic-d4")
+    state = elo.init(tiny_config(), key=jr.key(0), tasks=[task, quadratic])
+    assert state.config.tasks == (
+        elo.tasks.task_label(task),
+        elo.tasks.task_label(quadratic),
+    )
+    assert state.config.tasks[0].startswith("sine@")
+    for t in range(2):
+        state = elo.meta_step(state, jr.key(t))
+        assert np.isfinite(state.metrics.to_dict()["meta_loss"])
+
+
+def close(model, batch):
+    """The share of examples predicted within 0.5 of the target."""
+    return jnp.mean(jnp.abs(jax.vmap(model)(batch["x"]) - batch["y"]) < 0.5)
+
+
+def test_evaluate_measures_whole_splits():
+    data = regression_data(n=103)  # a test split of 26: chunks of 16 and 10
+    model = eqx.nn.MLP(2, 1, 8, 1, key=jr.key(5))
+    task = elo.tasks.ModelTask(model, mse, data, batch_size=16, name="fixed", accuracy=close)
+    result = elo.evaluate("adamw", task, num_steps=4, eval_every=2)
+    assert result.task == "fixed"
+    for split in ("train", "test"):
+        loss, accuracy = (getattr(result, f"{split}_{m}")[0, 0] for m in ("loss", "accuracy"))
+        assert loss == pytest.approx(float(mse(model, data[split])), rel=1e-5)
+        assert accuracy == pytest.approx(float(close(model, data[split])), rel=1e-5)
+    loss, accuracy = task.evaluate(task.init(jr.key(0)), "validation")
+    assert float(loss) == pytest.approx(float(mse(model, data["validation"])), rel=1e-5)
+    assert 0.0 < float(accuracy) < 1.0
+    without = elo.tasks.ModelTask(model, mse, data, batch_size=16, max_loss=1.0)
+    assert np.isnan(float(without.evaluate(without.init(jr.key(0)), "test")[1]))
+
+
+def test_validate_scores_the_validation_split():
+    task = make_task()
+    lo = elo.SmallFC(key=jr.key(0))
+    result = elo.validate(lo, task, num_steps=5, scales=(1.0,), seeds=1)
+    assert result.task == "sine" and np.isfinite(result.score)
+    assert 0.0 <= result.score <= task.max_loss
+
+
+def test_normalize_loss_is_bounded_by_max_loss():
+    task = make_task(max_loss=2.0)
+    values = jnp.array([-1.0, 0.5, 3.0, jnp.nan, jnp.inf], jnp.float32)
+    out = jax.vmap(task.normalize_loss)(values)
+    assert np.allclose(out, [0.0, 0.5, 2.0, 2.0, 2.0])
+    task = make_task(max_loss=None)
+    losses = jax.vmap(lambda k: task.loss(task.init(k), k))(jr.split(jr.key(0), 8))
+    assert task.max_loss == pytest.approx(1.5 * float(jnp.mean(losses)), rel=1e-5)
+
+
+def test_fingerprint_follows_shapes_not_objects():
+    label = elo.tasks.task_label(make_task())
+    assert label == elo.tasks.task_label(make_task())
+    assert label != elo.tasks.task_label(make_task(width=16))
+    assert label != elo.tasks.task_label(make_task(data=regression_data(n=100)))
+    assert label != elo.tasks.task_label(make_task(data=regression_data(features=3)))
+    assert label != elo.tasks.task_label(make_task(name="other"))
+
+
+def test_a_checkpoint_resumes_with_the_same_task_and_refuses_another(tmp_path):
+    config = tiny_config()
+    quadratic = elo.tasks.get_task("quadratic-d4")
+    state = elo.init(config, key=jr.key(0), tasks=[make_task(), quadratic])
+    state = elo.meta_step(state, jr.key(1))
+    path = tmp_path / "checkpoint.eqx"
+    save(path, state)
+    loaded = load(path, like=elo.init(config, key=jr.key(0), tasks=[make_task(), quadratic]))
+    assert int(loaded.step) == 1
+    other = elo.init(config, key=jr.key(0), tasks=[make_task(width=16), quadratic])
+    with pytest.raises(
+        CheckpointError, match=r"tasks: \['sine@\w+', 'quadratic-d4@\w+'\] \(checkpoint\)"
+    ) as error:
+        load(path, like=other)
+    assert "\n" not in str(error.value)
+
+
+def test_the_same_task_twice_is_refused():
+    task = make_task()
+    with pytest.raises(ValueError, match="same task more than once"):
+        elo.init(tiny_config(), key=jr.key(0), tasks=[task, task])
+
+
+# Bad inputs: one clear line each.
+
+
+def test_a_loss_that_is_not_a_scalar_is_refused():
+    def per_example(model, batch):
+        return (jax.vmap(model)(batch["x"]) - batch["y"]) ** 2
+
+    with pytest.raises(ValueError, match=r"must return a scalar.*shape \(16, 1\).*jnp\.mean"):
+        elo.tasks.ModelTask(
+            eqx.nn.MLP(2, 1, 8, 1, key=jr.key(0)), per_example, regression_data(), batch_size=16
+        )
+    with pytest.raises(ValueError, match=r"ModelTask.accuracy must return a scalar"):
+        make_task(accuracy=per_example)
+
+
+def test_leaves_of_a_split_with_different_leading_axes_are_refused():
+    data = regression_data()
+    data["train"]["y"] = data["train"]["y"][:-1]
+    with pytest.raises(
+        ValueError, match=r"data\['train'\] has leaves with different leading axes.*\['y'\]: 59"
+    ):
+        make_task(data=data)
+
+
+def test_splits_laid_out_differently_are_refused():
+    data = regression_data()
+    data["test"]["x"] = data["test"]["x"][:, :1]
+    with pytest.raises(ValueError, match=r"data\['test'\] is not laid out like data\['train'\]"):
+        make_task(data=data)
+    with pytest.raises(ValueError, match=r"missing \['validation'\]"):
+        make_task(data={"train": data["train"], "test": data["train"]})
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"name": "a@b"}, "ModelTask.name"),
+        ({"max_loss": -1.0}, "ModelTask.max_loss must be a positive number, got -1.0"),
+        ({"eval_split": "train"}, "ModelTask.eval_split"),
+    ],
+)
+def test_bad_settings_are_refused(kwargs, match):
+    with without_runtime_type_checks(), pytest.raises(ValueError, match=match):
+        make_task(**kwargs)
+
+
+def test_fingerprint_ignores_a_loss_bound_measured_on_the_data():
+    """The default `max_loss` is measured on the data's values; the fingerprint covers shapes,
+    so data of the same shapes (other values) still resumes the run."""
+    one = make_task(max_loss=None)
+    other = make_task(max_loss=None, data=regression_data(seed=1))
+    assert one.max_loss != other.max_loss
+    assert elo.tasks.task_label(one) == elo.tasks.task_label(other)
