@@ -4,6 +4,7 @@ import math
 import numbers
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
@@ -160,9 +161,9 @@ def as_optax(
     on. (An infinite gradient overflows the statistics of its tensor.)
 
     **Past `num_steps`.** Updates after the first `num_steps` are computed as the last scheduled
-    one is: the learning-rate schedule stays at its final value and [`elo.SmallFC`][]'s time
-    features stay those of step `num_steps - 1`, while the gradient statistics keep updating.
-    [`elo.Celo2`][]'s schedule ends at `end_lr`, so it keeps stepping only if `end_lr > 0`.
+    one is: the optimizer sees step `num_steps - 1` (its learning-rate schedule and
+    [`elo.SmallFC`][]'s time features stay there), while the gradient statistics keep updating
+    and the state's step counter keeps counting.
 
     **Frozen and masked parameters.** A `None` leaf in the gradients (as `eqx.filter_grad` gives
     for parameters outside the filter, e.g. frozen layers) gets a `None` update and leaves that
@@ -257,7 +258,16 @@ def as_optax(
             )
         check_float_leaves(updates, what="updates")
         grads = updates
+        # Past `num_steps` the optimizer computes every update as it did the last scheduled one
+        # (its time features and schedule at step num_steps - 1); the counter goes on. Only here:
+        # meta-training's inner problems (resumed by the buffer) keep their own step.
+        if not any(g is not None for g in jax.tree.leaves(grads, is_leaf=_is_none)):
+            return grads, state  # nothing to train: the state stays as it is
+        count = state.iteration
+        last = jnp.maximum(state.num_steps - 1, 0)
+        state = eqx.tree_at(lambda s: s.iteration, state, jnp.minimum(count, last))
         updates, state = _update_present(lo, grads, state, params, chunk_size)
+        state = eqx.tree_at(lambda s: s.iteration, state, count + 1)
         updates = jax.tree.map(_nan_where_not_finite, updates, grads)
         if learning_rate != 1.0:
             updates = jax.tree.map(lambda u: u * learning_rate, updates)

@@ -96,8 +96,9 @@ class SmallFC(AbstractMLPOptimizer):
     \\lambda_{wd}\\, \\theta\\right),$$
 
     with $\\eta_t$ the learning-rate schedule of `learning_rate`. See the API page for the
-    feature table. Past the `num_steps` given to `init`, the time features stay those of step
-    `num_steps - 1` and the schedule stays at its end (see [`elo.as_optax`][]).
+    feature table. Used through [`elo.as_optax`][], updates past the `num_steps` given to
+    `init` are computed as that of step `num_steps - 1` (meta-training's inner problems, which
+    the resume buffer carries past their horizon, keep their own step).
 
     The meta-parameters are the arrays `w0, b0, w1, b1, w2, b2` (haiku layout, `W: [in, out]`).
     Every other field is static; the defaults are those of ELO's `elo_small_fc_mlp.py` config.
@@ -350,9 +351,7 @@ class SmallFC(AbstractMLPOptimizer):
             adafactor_decays=self.adafactor_decays,
         )
         lr = self.learning_rate(t, state.num_steps)
-        # Past the end of the run the time features stay those of its last step, so that the
-        # network never sees a time it was not told the run would reach.
-        const = self._time_bias(jnp.minimum(t, jnp.maximum(state.num_steps - 1, 0)))
+        const = self._time_bias(t)
         leaves, treedef = jax.tree.flatten(params)
         others = [
             treedef.flatten_up_to(x)
