@@ -13,3 +13,15 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # Not `jax_numpy_dtype_promotion="strict"`: optax's own Adam bias correction computes
 # `decay ** count` with an int32 count (optax/tree_utils/_tree_math.py, tree_bias_correction),
 # which strict promotion rejects, and the experts, the meta-optimizer and the baselines are optax.
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's compiled programs after each test module. The whole suite runs in one process
+    and compiles thousands of programs; each holds memory mappings of its machine code, and past
+    the kernel's limit on mappings (`vm.max_map_count`, 65530 here) XLA's compiler crashes."""
+    yield
+    jax.clear_caches()

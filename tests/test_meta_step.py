@@ -185,7 +185,7 @@ def test_custom_tasks_replace_the_config_names():
     config = elo.presets.pes_small_fc(tasks=("a", "b"), num_particles=4)
     state = elo.init(config, key=jr.key(0), tasks=[DivergingTask()])
     assert state.config.tasks == (elo.tasks.task_label(DivergingTask()),)
-    assert state.config.tasks[0].startswith("DivergingTask@")
+    assert state.config.tasks[0].startswith("diverging@")
 
 
 def test_cl_small_fc_alternates_cloning_and_learned_unrolls():
