@@ -12,7 +12,12 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from .._custom_types import Params, Updates
 from ._accumulators import accumulate, factored_dims, LOState, safe_rsqrt
-from ._chunked import check_chunk_size, default_chunk_size, explicit_sharding
+from ._chunked import (
+    check_chunk_size,
+    default_chunk_size,
+    explicit_sharding,
+    factored_features,
+)
 from ._mlp_optimizer import AbstractMLPOptimizer
 from ._network import (
     bcast,
@@ -444,13 +449,7 @@ class Celo2(AbstractMLPOptimizer):
         MLP in chunks: only the direction itself is materialised."""
         dims = factored_dims(p.shape)
         assert dims is not None
-        d1, d0 = dims
-        reduced_d1 = d1 - 1 if d1 > d0 else d1
-        row_mean = jnp.mean(v_row, axis=reduced_d1, keepdims=True)
-        rowf = jnp.expand_dims(safe_rsqrt(v_row / (row_mean + 1e-9)), d0)
-        colf = jnp.expand_dims(safe_rsqrt(v_col), d1)
-        row = jnp.expand_dims(jnp.concatenate([v_row, lax.rsqrt(v_row + 1e-8)], -1), d0)
-        col = jnp.expand_dims(jnp.concatenate([v_col, lax.rsqrt(v_col + 1e-8)], -1), d1)
+        rowf, colf, row, col = factored_features(v_row, v_col, dims)
         (direction,) = streamed_mlp(
             _dense_channels,
             (p, g, m, v, rowf, colf),

@@ -11,12 +11,31 @@ from jax.sharding import AxisType, NamedSharding
 from jax.typing import DTypeLike
 from jaxtyping import Array, PyTree
 
+from ._accumulators import safe_rsqrt
+
 
 # Elements per chunk when the caller gives none. On CPU the MLP's hidden activations of 8192
 # elements (1 MiB per layer) stay in cache; on accelerators a chunk of 2^22 elements keeps the
 # working set near 2 GB (about 400 B per element), so a 100M-parameter model fits a 24 GB card.
 CPU_CHUNK_SIZE = 8192
 ACCELERATOR_CHUNK_SIZE = 2**22
+
+
+def factored_features(
+    v_row: Array, v_col: Array, dims: tuple[int, int]
+) -> tuple[Array, Array, Array, Array]:
+    """The Adafactor features of a matrix-shaped tensor, laid out to broadcast against it:
+    `(row_factor, col_factor, row, col)`, where the factors are the inverse square roots of the
+    normalised row and column second moments and `row`/`col` hold each moment beside its
+    inverse square root (the streamed MLP's per-row and per-column input channels)."""
+    d1, d0 = dims
+    reduced_d1 = d1 - 1 if d1 > d0 else d1
+    row_mean = jnp.mean(v_row, axis=reduced_d1, keepdims=True)
+    row_factor = jnp.expand_dims(safe_rsqrt(v_row / (row_mean + 1e-9)), d0)
+    col_factor = jnp.expand_dims(safe_rsqrt(v_col), d1)
+    row = jnp.expand_dims(jnp.concatenate([v_row, lax.rsqrt(v_row + 1e-8)], -1), d0)
+    col = jnp.expand_dims(jnp.concatenate([v_col, lax.rsqrt(v_col + 1e-8)], -1), d1)
+    return row_factor, col_factor, row, col
 
 
 def default_chunk_size() -> int:

@@ -11,7 +11,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from .._custom_types import Params, Updates
 from ._accumulators import accumulate, factored_dims, LOState, safe_rsqrt
-from ._chunked import check_chunk_size, default_chunk_size
+from ._chunked import check_chunk_size, default_chunk_size, factored_features
 from ._mlp_optimizer import AbstractMLPOptimizer
 from ._network import (
     bcast,
@@ -408,13 +408,7 @@ class SmallFC(AbstractMLPOptimizer):
         if dims is None:
             diag = v_diag
         else:
-            d1, d0 = dims
-            reduced_d1 = d1 - 1 if d1 > d0 else d1
-            row_mean = jnp.mean(v_row, axis=reduced_d1, keepdims=True)
-            rowf = jnp.expand_dims(safe_rsqrt(v_row / (row_mean + 1e-9)), d0)
-            colf = jnp.expand_dims(safe_rsqrt(v_col), d1)
-            row = jnp.expand_dims(jnp.concatenate([v_row, lax.rsqrt(v_row + 1e-8)], -1), d0)
-            col = jnp.expand_dims(jnp.concatenate([v_col, lax.rsqrt(v_col + 1e-8)], -1), d1)
+            rowf, colf, row, col = factored_features(v_row, v_col, dims)
         dense_rows = _UNFACTORED_DENSE_ROWS if dims is None else _FACTORED_DENSE_ROWS
 
         def finish(outputs, p, *_):
