@@ -8,9 +8,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def git_commit() -> str:
-    """The checked-out commit, with `-dirty` when the code (`elo/`, `benchmarks/*.py`) differs
-    from it; result files that a benchmark rewrites do not count."""
+def git_commit(code: tuple[str, ...] = ("elo", "benchmarks")) -> str:
+    """The checked-out commit, with `-dirty` when Python code under `code` (folders of the
+    repository) differs from it; result files that a benchmark or study rewrites do not
+    count."""
     run = dict(cwd=ROOT, capture_output=True, text=True)
     try:
         found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **run)
@@ -18,8 +19,8 @@ def git_commit() -> str:
         return "unknown"
     if found.returncode != 0:  # not a git checkout
         return "unknown"
-    code = ["elo", ":(glob)benchmarks/**/*.py"]
-    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *code], **run).returncode
+    paths = [f":(glob){c}/**/*.py" for c in code]
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *paths], **run).returncode
     return found.stdout.strip() + ("-dirty" if dirty else "")
 
 

@@ -9,41 +9,19 @@ import json
 import math
 import os
 import platform
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def git_commit(code: tuple[str, ...] = ("elo", "studies", "benchmarks")) -> str:
-    """The checked-out commit, with `-dirty` when Python code under `code` differs from it
-    (result files that a study rewrites do not count); `unknown` outside a git checkout."""
-    run: dict[str, Any] = dict(cwd=ROOT, capture_output=True, text=True)
-    try:
-        found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **run)
-    except OSError:
-        return "unknown"
-    if found.returncode != 0:
-        return "unknown"
-    paths = [f":(glob){c}/**/*.py" for c in code]
-    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *paths], **run).returncode
-    return found.stdout.strip() + ("-dirty" if dirty else "")
+from benchmarks._provenance import cpu_model as cpu_model, git_commit as _git_commit
 
 
-def cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+def git_commit() -> str:
+    """The checked-out commit, `-dirty` when Python code of the library, the studies or the
+    benchmarks differs from it (see `benchmarks/_provenance.py`)."""
+    return _git_commit(("elo", "studies", "benchmarks"))
 
 
 def environment() -> dict[str, Any]:
