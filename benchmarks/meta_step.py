@@ -12,6 +12,9 @@ Configurations:
   the ELO overhead on three tasks is `elo_three_tasks / three_tasks`).
 - `celo2_reference`, `elo_celo2_reference`: PES-Celo2 and ELO-Celo2 (Muon expert) on the
   reference task, 8 particles.
+- `celo2_three_tasks`, `elo_celo2_three_tasks`: the same at the paper's width (three tasks x 8
+  particles), the headline study's configuration; `elo_celo2_three_tasks_handover`: ELO-Celo2
+  past the supervision's handover with no direction floor, where the expert is skipped.
 - `cpu`: the `elo_small_fc_cpu` preset.
 
 Each configuration runs in a process of its own, so that its compile time and peak memory
@@ -68,6 +71,15 @@ CONFIGS = {
     "elo_celo2_reference": lambda: elo.presets.elo_celo2(
         tasks=MNIST, num_particles=8, supervision_start=0, supervision_end=10
     ),
+    "celo2_three_tasks": lambda: elo.presets.pes_celo2(num_particles=8),
+    "elo_celo2_three_tasks": lambda: elo.presets.elo_celo2(
+        num_particles=8, supervision_start=0, supervision_end=10
+    ),
+    # Past the handover with no floor (the CPU presets' and the headline study's schedule after
+    # 40% of the budget): the supervision no longer uses the expert, which is then skipped.
+    "elo_celo2_three_tasks_handover": lambda: elo.presets.elo_celo2(
+        num_particles=8, supervision_start=-1, supervision_end=-1, direction_floor=0.0
+    ),
     "cpu": lambda: elo.presets.elo_small_fc_cpu(),
 }
 # Pairs (ELO, PES) whose ratio is reported as the ELO overhead.
@@ -75,6 +87,8 @@ OVERHEADS = {
     "reference": ("elo_reference", "reference"),
     "three_tasks": ("elo_three_tasks", "three_tasks"),
     "celo2": ("elo_celo2_reference", "celo2_reference"),
+    "celo2_three_tasks": ("elo_celo2_three_tasks", "celo2_three_tasks"),
+    "celo2_three_tasks_handover": ("elo_celo2_three_tasks_handover", "celo2_three_tasks"),
 }
 
 

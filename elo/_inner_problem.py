@@ -6,6 +6,8 @@ differences isolate the effect of the perturbation. Both sides are stepped toget
 failure on either side resets both, so pairs never fall out of step.
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -159,14 +161,16 @@ class InnerProblem(eqx.Module):
     # --------------------------------------------------------------------------------------
     # Training
 
-    def _train_side(self, theta, side: Side, scale, alpha, batch) -> SideStep:
-        """One inner step of one side: gradient, (fused) optimizer step, imitation losses."""
+    def _train_side(self, theta, side: Side, scale, alpha, batch, use_expert: bool) -> SideStep:
+        """One inner step of one side: gradient, (fused) optimizer step, imitation losses.
+        Without `use_expert` (or an expert), the learned optimizer steps alone, the expert's
+        state is kept as it was and the imitation losses are 0."""
         task = self._scaled_task(scale)
         loss, grads = jax.value_and_grad(task.batch_loss)(side.params, batch)
         lo = eqx.combine(theta, self.lo_static)
         zero = jnp.zeros((), jnp.float32)
         l_dir = l_mag = l_mse = zero
-        if self.expert is None:
+        if self.expert is None or not use_expert:
             updates, lo_state = lo.update(grads, side.lo_state, side.params)
             params = jax.tree.map(lambda p, u: p + u, side.params, updates)
             new_side = Side(params, lo_state, side.expert_state)
@@ -196,11 +200,16 @@ class InnerProblem(eqx.Module):
             finite=finite,
         )
 
-    def _train(self, theta_pm, carry: _TruncationCarry, alpha, resumed, fresh, batch):
+    def _train(
+        self, theta_pm, carry: _TruncationCarry, alpha, resumed, fresh, batch, use_expert: bool
+    ):
         """Train both sides of a particle for one inner step on the same minibatch."""
         p = carry.particle
         step_alpha = self.supervision.step_weight(alpha, carry.follow_expert)
-        train = jax.vmap(self._train_side, in_axes=(0, 0, None, None, None))
+        train = jax.vmap(
+            functools.partial(self._train_side, use_expert=use_expert),
+            in_axes=(0, 0, None, None, None),
+        )
         out = train(theta_pm, p.sides, p.scale, step_alpha, batch)
         inner_step = p.step + 1
         nonfinite = ~jnp.all(out.finite)
@@ -299,6 +308,7 @@ class InnerProblem(eqx.Module):
         alpha: Float[Array, " particles"],
         *,
         keys: Key[Array, " particles"],
+        use_expert: bool = True,
     ) -> tuple[Particle, StepRecord, PyTree, Snapshot]:
         """Advance a batch of particles by one truncation of $R$ inner steps.
 
@@ -316,6 +326,11 @@ class InnerProblem(eqx.Module):
         - `particles`: the particles before the truncation (leading axis `particles`).
         - `alpha`: each particle's learned-optimizer weight in the fused trajectory.
         - `keys`: one key per particle for this truncation.
+        - `use_expert`: `False` skips the expert where the supervision does not need it
+          ([`AbstractSupervision.needs_expert`][elo.internal.AbstractSupervision.needs_expert]):
+          the learned optimizer steps alone, which at $\alpha = 1$ gives the same parameters
+          as the fused step; the expert's states stay as they were and the imitation losses
+          are recorded as 0.
 
         **Returns:**
 
@@ -330,7 +345,7 @@ class InnerProblem(eqx.Module):
         num = particles.step.shape[0]
         falses = jnp.zeros((num,), bool)
         reset = jax.vmap(self._reset)
-        train = jax.vmap(self._train)
+        train = jax.vmap(functools.partial(self._train, use_expert=use_expert))
 
         # Every step's keys and minibatches are drawn before the loop, all steps at once: the
         # same numbers as drawing them step by step, but on CPU each draw inside the loop is a

@@ -91,15 +91,36 @@ def _group_step(
     keys = _particle_keys(key, particles)
     eps, theta_pm = _antithetic_perturbation(theta, keys.perturbation, config.sigma)
     alpha = supervision.trajectory_weight(weights, particles.unrolls_done)
-    after, records, restart_xi, snapshot = problem.unroll(
-        theta_pm, particles, alpha, keys=keys.unroll
-    )
+
+    def unroll(use_expert: bool):
+        return problem.unroll(theta_pm, particles, alpha, keys=keys.unroll, use_expert=use_expert)
+
+    # The expert's step (for Muon, Newton-Schulz on every matrix of every side) is computed
+    # only at outer steps whose supervision uses it: after the handover it would be multiplied
+    # by zero. A branch on the replicated outer step, not a select per particle.
+    expert_used = supervision.needs_expert(weights) if problem.expert is not None else None
+    if expert_used is None:
+        after, records, restart_xi, snapshot = unroll(False)
+    else:
+        after, records, restart_xi, snapshot = jax.lax.cond(
+            expert_used, lambda: unroll(True), lambda: unroll(False)
+        )
     deltas = supervision.loss_deltas(records, weights, alpha, axis_name=PARTICLE_AXIS)
     grads, new_xi = _pes_estimates(deltas, records, eps, particles.xi, restart_xi, config)
     particles = jax.vmap(problem.finish_truncation)(particles, after, records, snapshot, new_xi)
     stats = group_metrics(
         records, particles, alpha, num_particles=config.num_particles, axis_name=PARTICLE_AXIS
     )
+    if expert_used is not None:
+        # Imitation losses that were not measured are missing (null in metrics.jsonl), not 0.
+        stats = eqx.tree_at(
+            lambda s: (s.direction_loss, s.magnitude_loss),
+            stats,
+            tuple(
+                jnp.where(expert_used, x, jnp.nan)
+                for x in (stats.direction_loss, stats.magnitude_loss)
+            ),
+        )
     grad = jax.tree.map(
         lambda g: jax.lax.psum(jnp.sum(g, axis=0), PARTICLE_AXIS) / config.num_particles, grads
     )

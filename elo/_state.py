@@ -62,7 +62,8 @@ class Metrics(eqx.Module):
       above the bound; see `MetaConfig.divergence_factor`), counted per particle.
     - `alpha`: $\\alpha_t$, the learned optimizer's weight in the fused trajectory (mean over
       particles: with alternating supervision, the share of learned-optimizer unrolls).
-    - `direction_loss`, `magnitude_loss`: mean imitation losses (0 without an expert).
+    - `direction_loss`, `magnitude_loss`: mean imitation losses (0 without an expert; NaN at
+      outer steps whose supervision does not use the expert, where they are not computed).
     - `imitation_mse`: mean CL imitation loss (0 unless `supervision == "alternating"`).
     """
 

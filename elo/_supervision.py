@@ -73,6 +73,13 @@ class AbstractSupervision(eqx.Module):
     ) -> LossDeltas:
         """The meta-loss differences of a truncation (records with axes `[particles, R]`)."""
 
+    @abc.abstractmethod
+    def needs_expert(self, weights: SupervisionWeights) -> Bool[Array, ""]:
+        """Whether the expert takes part in an outer step with these weights: its step enters
+        a trajectory or an imitation loss. Where it does not, the inner problems skip it (see
+        [`InnerProblem.unroll`][elo.internal.InnerProblem.unroll]); the trajectories are the
+        same."""
+
     def step_weight(
         self, alpha: Float[Array, ""], follow_expert: Bool[Array, ""]
     ) -> Float[Array, ""]:
@@ -90,6 +97,9 @@ class NoSupervision(AbstractSupervision):
 
     def weights(self, outer_step: Int[Array, ""]) -> SupervisionWeights:
         return SupervisionSchedule.none().weights(outer_step)
+
+    def needs_expert(self, weights):
+        return jnp.asarray(False)
 
     def trajectory_weight(self, weights, unrolls_done):
         return jnp.ones(unrolls_done.shape, jnp.float32)
@@ -121,6 +131,13 @@ class ProgressiveSupervision(AbstractSupervision):
 
     def weights(self, outer_step):
         return self.schedule.weights(outer_step)
+
+    def needs_expert(self, weights):
+        # After the handover (alpha = 1, no imitation weight) the expert's step is multiplied
+        # by zero everywhere, unless a restarted problem may follow the expert.
+        if self.follow_expert_on_restart:
+            return jnp.asarray(True)
+        return (weights.alpha < 1) | (weights.direction != 0) | (weights.magnitude != 0)
 
     def trajectory_weight(self, weights, unrolls_done):
         return jnp.broadcast_to(weights.alpha, unrolls_done.shape)
@@ -165,6 +182,9 @@ class AlternatingSupervision(AbstractSupervision):
 
     def weights(self, outer_step):
         return SupervisionSchedule.none().weights(outer_step)
+
+    def needs_expert(self, weights):
+        return jnp.asarray(True)
 
     def trajectory_weight(self, weights, unrolls_done):
         cloning = (unrolls_done % 2 == 0).astype(jnp.float32)

@@ -11,7 +11,7 @@ import elo
 from elo._meta_step import _compiled_meta_step
 from elo.tasks import AbstractTask
 
-from .helpers import tree_allclose, without_runtime_type_checks
+from .helpers import bitwise_equal, tree_allclose, without_runtime_type_checks
 
 
 TASK = "mlp-w32-d1_mnist-8x8x1"
@@ -287,3 +287,58 @@ def test_step_weight_follows_the_expert_only_where_the_warm_start_is_on():
     none = elo.internal.build_supervision(elo.presets.pes_small_fc())
     assert not none.follow_expert_on_restart
     assert float(none.step_weight(alpha, yes)) == float(alpha)
+
+
+def test_the_expert_is_skipped_after_the_handover_with_the_same_trajectories():
+    """Where the supervision no longer uses the expert (alpha = 1, no imitation weight), the
+    inner problems step with the learned optimizer alone: the same parameters as the fused
+    step, the expert's states untouched, the imitation losses not measured."""
+    config = small_elo_config(num_outer_steps=20, direction_floor=0.0)
+    supervision = elo.internal.build_supervision(config)
+    needed = [
+        bool(supervision.needs_expert(supervision.weights(jnp.asarray(t)))) for t in range(20)
+    ]
+    assert needed == [t < 10 for t in range(20)]
+    assert bool(
+        elo.internal.build_supervision(
+            config.replace(fresh_init_expert_warm_start=True)
+        ).needs_expert(supervision.weights(jnp.asarray(15)))
+    )
+    floored = elo.internal.build_supervision(small_elo_config(direction_floor=0.3))
+    assert bool(floored.needs_expert(floored.weights(jnp.asarray(15))))  # direction imitated
+    pes = elo.internal.build_supervision(elo.presets.pes_small_fc())
+    assert not bool(pes.needs_expert(pes.weights(jnp.asarray(0))))
+
+    state = elo.init(config, key=jr.key(0))
+    for t in range(3):  # particles mid-trajectory, with Adam moments in the expert's state
+        state = elo.meta_step(state, jr.fold_in(jr.key(1), t))
+    problem, particles = state.problems[0], state.groups[0]
+    theta = eqx.filter(state.learned_optimizer, eqx.is_inexact_array)
+    theta_pm = jax.tree.map(lambda t: jnp.broadcast_to(t, (4, 2, *t.shape)), theta)
+    alpha = jnp.ones((4,), jnp.float32)
+    keys = jr.split(jr.key(2), 4)
+
+    @eqx.filter_jit
+    def unroll(use_expert):
+        return problem.unroll(theta_pm, particles, alpha, keys=keys, use_expert=use_expert)
+
+    fused, fused_records, _, _ = unroll(True)
+    alone, alone_records, _, _ = unroll(False)
+    assert bitwise_equal(fused.sides.params, alone.sides.params)
+    assert bitwise_equal(fused.sides.lo_state, alone.sides.lo_state)
+    assert bitwise_equal(fused_records.meta_loss, alone_records.meta_loss)
+    # Particles that did not restart in the truncation keep their expert's state as it was.
+    kept = ~np.any(np.asarray(alone_records.resumed | alone_records.fresh), axis=1)
+    assert kept.any() and not kept.all()
+    assert bitwise_equal(
+        jax.tree.map(lambda x: np.asarray(x)[kept], alone.sides.expert_state),
+        jax.tree.map(lambda x: np.asarray(x)[kept], particles.sides.expert_state),
+    )
+    assert not bitwise_equal(fused.sides.expert_state, particles.sides.expert_state)
+    assert np.all(np.asarray(alone_records.direction_loss) == 0)
+    assert np.all(np.asarray(fused_records.direction_loss) > 0)
+
+    _, history = run(config, 12)
+    assert all(np.isfinite(h["direction_loss"]) for h in history[:10])
+    assert all(np.isnan(h["direction_loss"]) for h in history[10:])
+    assert all(np.isnan(h["magnitude_loss"]) for h in history[10:])
