@@ -226,13 +226,14 @@ def run_main(args) -> None:
     if not path.is_file():
         raise SystemExit(f"{path} does not exist: run the pilot first (study.py pilot).")
     decision = common.load_json(path)
-    for seed in settings.MAIN_SEEDS:
-        for arm in settings.ARMS:
+    # The Celo2 pairs first, seed by seed, so that each finished seed adds a paired comparison
+    # of the headline; then the small_fc pairs.
+    for pair in (("pes_celo2", "elo_celo2"), ("pes_small_fc", "elo_small_fc")):
+        for seed, arm in ((seed, arm) for seed in settings.MAIN_SEEDS for arm in pair):
             lr = decision["learning_rate"][arm]
             fields = settings.preset_overrides(arm, lr, decision["schedule"], settings.META_STEPS)
-            train_one(
-                run_name(arm, seed, lr, decision["schedule"], False), arm, seed, fields, False, args
-            )
+            name = run_name(arm, seed, lr, decision["schedule"], False)
+            train_one(name, arm, seed, fields, False, args)
 
 
 def status(args) -> None:
