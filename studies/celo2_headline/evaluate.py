@@ -26,7 +26,7 @@ from studies.celo2_headline import settings, tasks
 
 
 HERE = Path(__file__).parent
-BASELINES = ("adamw", "muon", "sgd")
+BASELINES = settings.BASELINES
 # Item 1 of the study's issue: does PES degrade at horizons far beyond its training? The small_fc
 # study's validation-selected PES and ELO checkpoints on two held-out tasks at 30K steps.
 LONG_HORIZON = 30_000
@@ -39,10 +39,9 @@ def log(message: str) -> None:
 
 
 def cells() -> list[tuple[str, int]]:
-    """Every held-out (task, horizon) of the protocol, in a fixed order."""
-    out = [(t, h) for t in settings.HELD_OUT_IMAGE for h in settings.HORIZONS]
-    out += [(settings.LANGUAGE_MODEL, h) for h in settings.HORIZONS]
-    return out + list(settings.OTHER_CELLS)
+    """Every held-out (task, horizon) of the protocol, in a fixed order (`settings.cells`, which
+    the report reads without importing `elo`)."""
+    return settings.cells()
 
 
 def get_task(name: str) -> elo.tasks.AbstractTask:

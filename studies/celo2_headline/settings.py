@@ -81,6 +81,8 @@ OTHER_CELLS = (
     ("conv-c16-d2_cifar10-8x8x3", 300),  # a short run
 )
 EVAL_SEEDS = 3
+# The tuned baselines of every cell: AdamW and Muon are judged, SGD with momentum is reported.
+BASELINES = ("adamw", "muon", "sgd")
 # Tuning, the same for every optimizer: 7 values on a log grid, chosen per task and horizon by the
 # final loss on the task's validation split (mean over the evaluation seeds); AdamW and Muon with
 # linear warmup (5% of the run) and cosine decay to 0; learned optimizers' `learning_rate`
@@ -89,6 +91,13 @@ SWEEP_POINTS = 7
 ADAMW_LR = (1e-4, 1e-1)
 MUON_LR = (1e-3, 1.0)
 LO_MULTIPLIER = (0.1, 10.0)
+
+
+def cells() -> list[tuple[str, int]]:
+    """Every held-out (task, horizon) of the protocol, in a fixed order."""
+    out = [(t, h) for t in HELD_OUT_IMAGE for h in HORIZONS]
+    out += [(LANGUAGE_MODEL, h) for h in HORIZONS]
+    return out + list(OTHER_CELLS)
 
 
 def preset_overrides(arm: str, learning_rate: float, schedule: str, steps: int) -> dict[str, Any]:

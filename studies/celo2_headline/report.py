@@ -1,0 +1,585 @@
+"""The headline study's report: per-cell tables and the verdicts of `decision_rule.md`.
+
+    python -m studies.celo2_headline.report [--results-dir DIR]
+
+Reads what `evaluate.py` cached under DIR/evaluation (one JSON per optimizer and cell:
+`baselines/<name>/<task>@<horizon>.json`, `runs/<arm>/s<seed>/<best|final>/<task>@<horizon>.json`)
+and writes DIR/summary.json and DIR/summary.md. Runs on partial results: a verdict whose inputs
+are not all present is "pending", never met or not met, and the summary says how many of the
+expected results exist.
+
+Conventions (those of the README's protocol):
+
+- A result's value is its JSON's `test_loss`: the tuned setting's mean over evaluation seeds of
+  the final test loss, each capped at its run's initial test loss. A value that is not finite
+  (`null` in the JSON) counts as nan: it is never at or below anything, and an interval that
+  contains it never lies below anything.
+- An arm's value on a cell is the mean over its meta-training seeds; "best" is the
+  validation-selected checkpoint (what is judged), "final" the last one (reported only).
+- Paired differences are over meta-training seeds with the same index (`common.paired`): within
+  an architecture the same seed gives the same initial learned optimizer and inner-problem
+  randomness; across architectures (H3's Celo2 − small_fc) it pairs the inner problems only.
+- A seed × cell pair *diverged* when its tuned setting's JSON says so (any evaluation run ended
+  non-finite or above its initial loss). H2 counts them over all 15 cells of the selected
+  checkpoints (the rule names no subset); the long-horizon counts are reported beside them.
+"""
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from studies import common
+from studies.celo2_headline import settings
+
+
+HERE = Path(__file__).parent
+ARMS = tuple(settings.ARMS)
+CHECKPOINTS = ("best", "final")
+# H1: ELO-Celo2 at or below tuned AdamW on at least this many of the 15 cells.
+H1_CELLS = 8
+# The default step "works" on a cell where its loss is within this factor of tuned AdamW's.
+DEFAULT_TOLERANCE = 1.25
+LONG_HORIZONS = tuple(h for h in settings.HORIZONS if h >= 5000)
+# H3's comparisons, as (name, arm, baseline arm): arm − baseline, paired over meta-seeds.
+H3_PAIRS = (
+    ("elo_vs_pes_small_fc", "elo_small_fc", "pes_small_fc"),
+    ("pes_celo2_vs_small_fc", "pes_celo2", "pes_small_fc"),
+    ("elo_celo2_vs_small_fc", "elo_celo2", "elo_small_fc"),
+)
+PENDING, MET, NOT_MET = "pending", "met", "not met"
+
+
+def cell_key(cell: tuple[str, int]) -> str:
+    """A cell's name, as in the result files: `<task>@<horizon>`."""
+    return f"{cell[0]}@{cell[1]}"
+
+
+def keys() -> list[str]:
+    """Every cell of the protocol (`settings.cells()`), in its order."""
+    return [cell_key(c) for c in settings.cells()]
+
+
+def long_horizon_keys() -> list[str]:
+    """H2's long-horizon cells: the image tasks and the language model at 5K and 10K steps."""
+    tasks = (*settings.HELD_OUT_IMAGE, settings.LANGUAGE_MODEL)
+    return [cell_key((t, h)) for t in tasks for h in LONG_HORIZONS]
+
+
+def expected_paths() -> list[str]:
+    """Every result file the full study writes, relative to the evaluation directory."""
+    paths = [f"baselines/{b}/{k}.json" for b in settings.BASELINES for k in keys()]
+    for arm in ARMS:
+        for seed in settings.MAIN_SEEDS:
+            for checkpoint in CHECKPOINTS:
+                paths += [f"runs/{arm}/s{seed}/{checkpoint}/{k}.json" for k in keys()]
+    return paths
+
+
+def collect(evaluation: Path) -> dict[str, dict[str, Any]]:
+    """The expected results that exist, by their path relative to `evaluation`."""
+    return {
+        p: common.load_json(evaluation / p) for p in expected_paths() if (evaluation / p).is_file()
+    }
+
+
+def _number(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+def baseline(results: dict[str, dict[str, Any]], name: str, key: str) -> dict[str, Any] | None:
+    """A tuned baseline on one cell: value, chosen learning rate, divergence; None if missing."""
+    data = results.get(f"baselines/{name}/{key}.json")
+    if data is None:
+        return None
+    return {"value": _number(data["test_loss"]), "lr": data["value"], "diverged": data["diverged"]}
+
+
+def seed_results(results, arm: str, checkpoint: str, key: str) -> dict[int, dict[str, Any]]:
+    """One arm's results on one cell, by meta-training seed (missing seeds left out)."""
+    found = {
+        s: results.get(f"runs/{arm}/s{s}/{checkpoint}/{key}.json") for s in settings.MAIN_SEEDS
+    }
+    return {s: r for s, r in found.items() if r is not None}
+
+
+def _interval(values: dict[int, float]) -> dict[str, Any] | None:
+    """Mean and 95% t half-width over seeds, with the per-seed values; None with none."""
+    if not values:
+        return None
+    mean, half = common.t_interval(np.asarray(list(values.values()), np.float64))
+    return {"mean": mean, "ci95": half, "per_seed": {str(s): v for s, v in values.items()}}
+
+
+def lies_below(interval: dict[str, Any] | None, bound: float) -> bool:
+    """Whether a 95% interval (`mean ± ci95`) lies entirely below `bound` (nan: never)."""
+    return interval is not None and interval["mean"] + interval["ci95"] < bound
+
+
+def arm_cell(results, arm: str, checkpoint: str, key: str, references) -> dict[str, Any]:
+    """An arm on one cell: per-seed tuned values and multipliers, the arm value (mean over
+    seeds), divergences, the default step's loss, and per-seed ratios to each reference
+    (`{"adamw": value, "muon": value}`, None where missing) with a 95% t-interval."""
+    runs = seed_results(results, arm, checkpoint, key)
+    values = {s: _number(r["test_loss"]) for s, r in runs.items()}
+    defaults = {s: _number(r["default_test_loss"]) for s, r in runs.items()}
+    out: dict[str, Any] = {
+        "n": len(runs),
+        "complete": len(runs) == len(settings.MAIN_SEEDS),
+        "value": float(np.mean(list(values.values()))) if runs else math.nan,
+        "per_seed": {str(s): v for s, v in values.items()},
+        "multiplier": {str(s): r["value"] for s, r in runs.items()},
+        "diverged": sum(bool(r["diverged"]) for r in runs.values()),
+        "default_value": float(np.mean(list(defaults.values()))) if runs else math.nan,
+        "default_per_seed": {str(s): v for s, v in defaults.items()},
+        "default_diverged": sum(bool(r["default_diverged"]) for r in runs.values()),
+    }
+    for name, reference in references.items():
+        ratios = {s: v / reference for s, v in values.items()} if reference else {}
+        out[f"ratio_{name}"] = _interval(ratios)
+    return out
+
+
+def cell_table(results, key: str) -> dict[str, Any]:
+    """Everything reported on one cell: the baselines, every arm at both checkpoints, the
+    paired differences of H2 and H3, and the default step."""
+    row: dict[str, Any] = {name: baseline(results, name, key) for name in settings.BASELINES}
+    references = {n: row[n]["value"] if row[n] else None for n in ("adamw", "muon")}
+    row["arms"] = {
+        arm: {c: arm_cell(results, arm, c, key, references) for c in CHECKPOINTS} for arm in ARMS
+    }
+    row["h2"] = {c: difference(row, "elo_celo2", "pes_celo2", c) for c in CHECKPOINTS}
+    row["h3"] = {name: difference(row, a, b, "best") for name, a, b in H3_PAIRS}
+    row["default_works"] = {arm: default_works(row, arm) for arm in ARMS}
+    return row
+
+
+def difference(row, arm: str, base: str, checkpoint: str) -> dict[str, Any] | None:
+    """`arm − base` on one cell, paired over meta-training seeds (None with no shared seed)."""
+    a, b = (row["arms"][x][checkpoint]["per_seed"] for x in (arm, base))
+    return common.paired({int(s): v for s, v in a.items()}, {int(s): v for s, v in b.items()})
+
+
+def default_works(row, arm: str) -> bool | None:
+    """Whether the arm's default step (`learning_rate=1`, selected checkpoints, mean over
+    seeds) is within DEFAULT_TOLERANCE × tuned AdamW; None while either is missing."""
+    entry = row["arms"][arm]["best"]
+    if row["adamw"] is None or not entry["complete"]:
+        return None
+    return bool(entry["default_value"] <= DEFAULT_TOLERANCE * row["adamw"]["value"])
+
+
+def complete_cells(table, arms, checkpoint: str = "best", need_adamw: bool = False) -> list[str]:
+    """The cells with every meta-training seed of `arms` at `checkpoint` (and tuned AdamW when
+    `need_adamw`): the only cells a count that feeds a verdict looks at."""
+    return [
+        k
+        for k, row in table.items()
+        if all(row["arms"][a][checkpoint]["complete"] for a in arms)
+        and (row["adamw"] is not None or not need_adamw)
+    ]
+
+
+def h1(table) -> dict[str, Any]:
+    """H1: ELO-Celo2's arm value at or below tuned AdamW's on at least H1_CELLS cells; beside
+    it, the cells whose per-seed ratio interval (to AdamW, to Muon) lies entirely below 1."""
+    cells = complete_cells(table, ("elo_celo2",), need_adamw=True)
+    entries = {k: table[k]["arms"]["elo_celo2"]["best"] for k in cells}
+    at_or_below = [k for k in cells if entries[k]["value"] <= table[k]["adamw"]["value"]]
+    below = {
+        name: [k for k, e in entries.items() if lies_below(e[f"ratio_{name}"], 1.0)]
+        for name in ("adamw", "muon")
+    }
+    verdict = PENDING
+    if len(cells) == len(table):
+        verdict = MET if len(at_or_below) >= H1_CELLS else NOT_MET
+    return {
+        "verdict": verdict,
+        "cells_at_or_below_adamw": len(at_or_below),
+        "needed": H1_CELLS,
+        "of": len(table),
+        "cells_complete": len(cells),
+        "which": at_or_below,
+        "ratio_interval_below_1": {n: len(v) for n, v in below.items()},
+        "ratio_interval_below_1_cells": below,
+    }
+
+
+def _diverged(table, arm: str, checkpoint: str, cells) -> int:
+    return sum(table[k]["arms"][arm][checkpoint]["diverged"] for k in cells)
+
+
+def h2_counts(table, checkpoint: str) -> dict[str, Any]:
+    """ELO-Celo2 − PES-Celo2 at one checkpoint: complete long-horizon cells whose paired
+    interval lies entirely below 0, and the diverged seed × cell pairs of each arm found so far
+    (all cells; long-horizon cells)."""
+    arms = ("elo_celo2", "pes_celo2")
+    complete = set(complete_cells(table, arms, checkpoint))
+    long = [k for k in long_horizon_keys() if k in complete]
+    below = [k for k in long if lies_below(table[k]["h2"][checkpoint], 0.0)]
+    return {
+        "cells_below_0": len(below),
+        "which": below,
+        "long_horizon_cells_complete": len(long),
+        "cells_complete": len(complete),
+        "diverged": {a: _diverged(table, a, checkpoint, table) for a in arms},
+        "diverged_long_horizon": {
+            a: _diverged(table, a, checkpoint, long_horizon_keys()) for a in arms
+        },
+    }
+
+
+def h2(table) -> dict[str, Any]:
+    """H2: ELO-Celo2 − PES-Celo2 (selected checkpoints) below 0 with 95% confidence on at least
+    half of the long-horizon cells, and no more diverged seed × cell pairs for ELO-Celo2; the
+    final checkpoints' counts are reported, not judged."""
+    long = long_horizon_keys()
+    best = h2_counts(table, "best")
+    verdict = PENDING
+    if best["cells_complete"] == len(table):
+        wins = 2 * best["cells_below_0"] >= len(long)
+        stable = best["diverged"]["elo_celo2"] <= best["diverged"]["pes_celo2"]
+        verdict = MET if wins and stable else NOT_MET
+    return {
+        "verdict": verdict,
+        "long_horizon_cells": long,
+        "needed": math.ceil(len(long) / 2),
+        "selected": best,
+        "final (not judged)": h2_counts(table, "final"),
+    }
+
+
+def h3(table) -> dict[str, Any]:
+    """H3 (descriptive): for each pair of H3_PAIRS, over the cells where both arms are
+    complete, the cells whose paired interval lies below 0 and above 0, and the mean
+    difference over cells (selected checkpoints)."""
+    out: dict[str, Any] = {}
+    for name, arm, base in H3_PAIRS:
+        deltas = [table[k]["h3"][name] for k in complete_cells(table, (arm, base))]
+        out[name] = {
+            "arm": arm,
+            "minus": base,
+            "cells_below_0": sum(lies_below(d, 0.0) for d in deltas),
+            "cells_above_0": sum(d["mean"] - d["ci95"] > 0 for d in deltas),
+            "mean_over_cells": float(np.mean([d["mean"] for d in deltas])) if deltas else math.nan,
+            "cells_compared": len(deltas),
+        }
+    return out
+
+
+def default_step(table) -> dict[str, Any]:
+    """Per arm: the cells where its default step is within DEFAULT_TOLERANCE × tuned AdamW."""
+    out = {}
+    for arm in ARMS:
+        works = {k: row["default_works"][arm] for k, row in table.items()}
+        out[arm] = {
+            "works": sum(w is True for w in works.values()),
+            "judged": sum(w is not None for w in works.values()),
+            "of": len(works),
+        }
+    return out
+
+
+def provenance(results, root: Path) -> dict[str, Any]:
+    """The commits that produced the results: of the evaluations (each JSON's environment) and
+    of the meta-training segments; whether the evaluation settings are the current ones."""
+    commits: dict[str, int] = {}
+    for data in results.values():
+        commit = data.get("environment", {}).get("commit", "unknown")
+        commits[commit] = commits.get(commit, 0) + 1
+    meta: set[str] = set()
+    for path in sorted(root.glob("main/*/s*/segments.json")):
+        meta |= {s.get("environment", {}).get("commit", "unknown") for s in common.load_json(path)}
+    recorded = root / "evaluation" / "settings.json"
+    same = (
+        common.load_json(recorded)["settings"] == settings.evaluation()
+        if recorded.is_file()
+        else None
+    )
+    return {
+        "evaluation_commits": dict(sorted(commits.items())),
+        "meta_training_commits": sorted(meta),
+        "evaluation_settings_match": same,
+        "report_commit": common.git_commit(),
+    }
+
+
+def summarise(root: Path) -> dict[str, Any]:
+    """The whole report of the results directory `root`, as a JSON-ready dict."""
+    results = collect(root / "evaluation")
+    expected = expected_paths()
+    table = {k: cell_table(results, k) for k in keys()}
+    return {
+        "status": status_line(len(results), len(expected)),
+        "present": len(results),
+        "expected": len(expected),
+        "missing": [p for p in expected if p not in results],
+        "h1": h1(table),
+        "h2": h2(table),
+        "h3": h3(table),
+        "default_step": default_step(table),
+        "cells": table,
+        "provenance": provenance(results, root),
+    }
+
+
+def status_line(present: int, expected: int) -> str:
+    """`complete: ...` or `incomplete: N of M results present`."""
+    word = "complete" if present == expected else "incomplete"
+    return f"{word}: {present} of {expected} results present"
+
+
+def json_ready(x: Any) -> Any:
+    """`x` with every non-finite float replaced by None (JSON has no NaN)."""
+    if isinstance(x, dict):
+        return {k: json_ready(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [json_ready(v) for v in x]
+    if isinstance(x, float):
+        return common.finite_or_none(x)
+    return x
+
+
+# ------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "–" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def _pm(interval: dict[str, Any] | None) -> str:
+    if interval is None:
+        return "–"
+    half = "" if not math.isfinite(interval["ci95"]) else f" ± {interval['ci95']:.3f}"
+    return f"{_f(interval['mean'])}{half}"
+
+
+def _arm_text(entry: dict[str, Any]) -> str:
+    """`mean (n=…; k div)` of an arm on one cell."""
+    if not entry["n"]:
+        return "–"
+    div = f"; {entry['diverged']} div" if entry["diverged"] else ""
+    return f"{_f(entry['value'])} (n={entry['n']}{div})"
+
+
+def _baseline_text(entry: dict[str, Any] | None) -> str:
+    if entry is None:
+        return "–"
+    return f"{_f(entry['value'])} ({entry['lr']:.2g}{', div' if entry['diverged'] else ''})"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows] + [""]
+
+
+def _label(arm: str) -> str:
+    return settings.ARMS[arm].label
+
+
+def _values_table(summary) -> list[str]:
+    header = ["cell", "AdamW (lr)", "Muon (lr)", "SGD (lr)", *map(_label, ARMS)]
+    rows = [
+        [k, *(_baseline_text(row[b]) for b in settings.BASELINES)]
+        + [_arm_text(row["arms"][a]["best"]) for a in ARMS]
+        for k, row in summary["cells"].items()
+    ]
+    return _table(header, rows)
+
+
+def _per_seed_table(summary, checkpoint: str) -> list[str]:
+    header = ["cell", *(f"{_label(a)}: per seed (×lr multiplier)" for a in ARMS)]
+    rows = []
+    for k, row in summary["cells"].items():
+        cells = []
+        for a in ARMS:
+            e = row["arms"][a][checkpoint]
+            seeds = [f"s{s} {_f(v)} (×{e['multiplier'][s]:.2g})" for s, v in e["per_seed"].items()]
+            cells.append(" / ".join(seeds) or "–")
+        rows.append([k, *cells])
+    return _table(header, rows)
+
+
+def _ratio_table(summary, reference: str) -> list[str]:
+    header = ["cell", *map(_label, ARMS)]
+    rows = [
+        [k, *(_pm(row["arms"][a]["best"][f"ratio_{reference}"]) for a in ARMS)]
+        for k, row in summary["cells"].items()
+    ]
+    return _table(header, rows)
+
+
+def _delta(d: dict[str, Any] | None) -> str:
+    return "–" if d is None else common.fmt_delta(d)
+
+
+def _h2_table(summary) -> list[str]:
+    long = set(summary["h2"]["long_horizon_cells"])
+    header = ["cell", "long horizon", "selected (judged)", "final (not judged)"]
+    rows = [
+        [k, "yes" if k in long else "", _delta(row["h2"]["best"]), _delta(row["h2"]["final"])]
+        for k, row in summary["cells"].items()
+    ]
+    return _table(header, rows)
+
+
+def _h3_table(summary) -> list[str]:
+    header = ["cell", *(f"{_label(a)} − {_label(b)}" for _, a, b in H3_PAIRS)]
+    rows = [
+        [k, *(_delta(row["h3"][name]) for name, _, _ in H3_PAIRS)]
+        for k, row in summary["cells"].items()
+    ]
+    return _table(header, rows)
+
+
+def _default_table(summary) -> list[str]:
+    mark = {True: "✓", False: "✗", None: "?"}
+    header = ["cell", "AdamW", *(f"{_label(a)}: lr=1 / tuned" for a in ARMS)]
+    rows = []
+    for k, row in summary["cells"].items():
+        cells = []
+        for a in ARMS:
+            e = row["arms"][a]["best"]
+            works = mark[row["default_works"][a]]
+            div = f" ({e['default_diverged']} div)" if e["default_diverged"] else ""
+            text = f"{_f(e['default_value'])}{div} / {_f(e['value'])} {works}"
+            cells.append(text if e["n"] else "–")
+        rows.append([k, _f(row["adamw"]["value"]) if row["adamw"] else "–", *cells])
+    return _table(header, rows)
+
+
+def _so_far(verdict: str, complete: int, of: int) -> str:
+    """What a pending verdict has to go on: ` (so far: k of n cells complete)`."""
+    return f" (so far: {complete} of {of} cells complete)" if verdict == PENDING else ""
+
+
+def _h1_line(one: dict[str, Any], of: int) -> str:
+    below = one["ratio_interval_below_1"]
+    return (
+        f"- **H1** (ELO-Celo2 ≤ tuned AdamW on at least {one['needed']} of {of} cells): "
+        f"**{one['verdict']}**{_so_far(one['verdict'], one['cells_complete'], of)}: "
+        f"{one['cells_at_or_below_adamw']} cells; ratio interval entirely below 1 on "
+        f"{below['adamw']} cells vs AdamW, {below['muon']} vs Muon."
+    )
+
+
+def _divergences(counts: dict[str, Any]) -> str:
+    total, long = counts["diverged"], counts["diverged_long_horizon"]
+    return (
+        f"diverged seed × cell pairs ELO {total['elo_celo2']}, PES {total['pes_celo2']} "
+        f"(long horizons: {long['elo_celo2']}, {long['pes_celo2']})"
+    )
+
+
+def _h2_line(two: dict[str, Any], of: int) -> str:
+    best, final = two["selected"], two["final (not judged)"]
+    return (
+        f"- **H2** (ELO-Celo2 − PES-Celo2 below 0 on at least {two['needed']} of "
+        f"{len(two['long_horizon_cells'])} long-horizon cells, no more divergences): "
+        f"**{two['verdict']}**{_so_far(two['verdict'], best['cells_complete'], of)}: "
+        f"{best['cells_below_0']} cells; {_divergences(best)}. Final checkpoints (not judged): "
+        f"{final['cells_below_0']} cells; {_divergences(final)}."
+    )
+
+
+def _verdict_lines(summary) -> list[str]:
+    of = len(summary["cells"])
+    h3 = "; ".join(
+        f"{_label(v['arm'])} − {_label(v['minus'])}: below 0 on {v['cells_below_0']}, above "
+        f"0 on {v['cells_above_0']} of {v['cells_compared']} cells, mean "
+        f"{_f(v['mean_over_cells'])}"
+        for v in summary["h3"].values()
+    )
+    default = "; ".join(
+        f"{_label(a)} on {v['works']} of {v['judged']} cells"
+        for a, v in summary["default_step"].items()
+    )
+    return [
+        _h1_line(summary["h1"], of),
+        _h2_line(summary["h2"], of),
+        f"- **H3** (descriptive): {h3}.",
+        f"- **Default step** (lr=1 within {DEFAULT_TOLERANCE}× tuned AdamW): {default}.",
+        "",
+    ]
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The summary as the markdown page the docs' Results page includes."""
+    prov = summary["provenance"]
+    lines = [
+        "## ELO-Celo2 headline study: held-out evaluation",
+        "",
+        f"**Status: {summary['status']}.** A verdict whose inputs are not all present is "
+        "pending. Values: test loss of the tuned setting (mean over evaluation seeds of the "
+        "final test loss, each capped at the run's initial loss); arms: mean over meta-training "
+        "seeds of the validation-selected checkpoints.",
+        "",
+        "### Verdicts (decision_rule.md)",
+        "",
+        *_verdict_lines(summary),
+        "### Tuned values (selected checkpoints)",
+        "",
+        *_values_table(summary),
+        "### Per meta-training seed (selected checkpoints)",
+        "",
+        *_per_seed_table(summary, "best"),
+        "### Per meta-training seed (final checkpoints, not judged)",
+        "",
+        *_per_seed_table(summary, "final"),
+        "### Ratio to tuned AdamW (per seed; mean ± 95% t-interval over meta-seeds)",
+        "",
+        *_ratio_table(summary, "adamw"),
+        "### Ratio to tuned Muon (per seed; mean ± 95% t-interval over meta-seeds)",
+        "",
+        *_ratio_table(summary, "muon"),
+        "### H2: ELO-Celo2 − PES-Celo2, paired over meta-seeds",
+        "",
+        *_h2_table(summary),
+        "### H3: width vs architecture, paired over meta-seeds (selected checkpoints)",
+        "",
+        *_h3_table(summary),
+        f"### The default step: test loss at learning_rate=1 / tuned (✓: within "
+        f"{DEFAULT_TOLERANCE}× tuned AdamW; ?: not all seeds or AdamW yet)",
+        "",
+        *_default_table(summary),
+        "### Provenance",
+        "",
+        "- evaluation commits (results): "
+        + (", ".join(f"`{c}` ({n})" for c, n in prov["evaluation_commits"].items()) or "none"),
+        "- meta-training commits: "
+        + (", ".join(f"`{c}`" for c in prov["meta_training_commits"]) or "none"),
+        "- evaluation settings match settings.py: "
+        + {True: "yes", False: "**no**", None: "not recorded"}[prov["evaluation_settings_match"]],
+        f"- report written at `{prov['report_commit']}`",
+    ]
+    if summary["missing"]:
+        lines.append(f"- missing: {len(summary['missing'])} results (listed in summary.json)")
+    return "\n".join(lines) + "\n"
+
+
+def report(root: Path) -> dict[str, Any]:
+    """Write `root`/summary.json and `root`/summary.md; return the summary."""
+    summary = summarise(root)
+    common.write_json(root / "summary.json", json_ready(summary))
+    (root / "summary.md").write_text(markdown(summary))
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
+    root = Path(parser.parse_args().results_dir)
+    summary = report(root)
+    print(summary["status"])
+    for name in ("h1", "h2"):
+        print(f"{name.upper()}: {summary[name]['verdict']}")
+    print(f"wrote {root / 'summary.json'} and {root / 'summary.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""The headline study's report (report.py) on synthetic result trees whose verdicts are known:
+each verdict comes out met, not met or pending, and a missing result never gives a verdict."""
+
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from studies.celo2_headline import report, settings
+
+
+ADAMW = 1.0
+KEYS = [report.cell_key(c) for c in settings.cells()]
+LONG = report.long_horizon_keys()
+# loss(optimizer, seed, checkpoint, key): an optimizer is a baseline's name (seed and checkpoint
+# None) or an arm.
+Loss = Callable[[str, int | None, str | None, str], float | None]
+
+
+def _result(loss: float | None, diverged: bool, default: float | None, commit: str) -> dict:
+    return {
+        "value": 0.01,
+        "test_loss": loss,
+        "diverged": diverged,
+        "default_test_loss": default,
+        "default_diverged": False,
+        "sweep": [],
+        "steps": [0, 1],
+        "test_loss_curve": [2.0, loss],
+        "environment": {"commit": commit},
+    }
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def _noise(seed: int) -> float:
+    return 0.01 * (seed - 1)  # -0.01, 0, 0.01: paired intervals of width ~0.025
+
+
+def _standard(opt: str, seed: int | None, checkpoint: str | None, key: str) -> float | None:
+    """AdamW 1.0, Muon 0.95, SGD 1.2; ELO-Celo2 0.9 (below AdamW and 0.1 below PES-Celo2 on
+    every cell), PES-Celo2 1.0, the small_fc arms 1.1 and 1.2."""
+    base = {"adamw": ADAMW, "muon": 0.95, "sgd": 1.2, "elo_celo2": 0.9, "pes_celo2": 1.0}
+    base |= {"elo_small_fc": 1.1, "pes_small_fc": 1.2}
+    return base[opt] + (0.0 if seed is None else _noise(seed))
+
+
+def _tree(
+    root: Path,
+    loss: Loss = _standard,
+    diverged: Callable[[str, int, str], bool] = lambda arm, seed, key: False,
+    default: Callable[[str, str], float] = lambda arm, key: 1.0,
+    commit: str = "abc1234",
+) -> Path:
+    """A full synthetic results directory; returns its evaluation folder."""
+    evaluation = root / "evaluation"
+    for key in KEYS:
+        for name in settings.BASELINES:
+            result = _result(loss(name, None, None, key), False, 1.0, commit)
+            _write(evaluation / "baselines" / name / f"{key}.json", result)
+        for arm in settings.ARMS:
+            for seed in settings.MAIN_SEEDS:
+                for checkpoint in report.CHECKPOINTS:
+                    value = loss(arm, seed, checkpoint, key)
+                    result = _result(value, diverged(arm, seed, key), default(arm, key), commit)
+                    path = evaluation / "runs" / arm / f"s{seed}" / checkpoint / f"{key}.json"
+                    _write(path, result)
+    return evaluation
+
+
+def test_the_cells_and_the_eight_long_horizon_cells_are_the_protocols():
+    assert len(KEYS) == 15 and len(set(KEYS)) == 15
+    lm = "transformer-w32-d2-h2_shakespeare-ctx32"
+    tasks = ("mlp-w128-d3_fashionmnist-8x8x1", "conv-c16-d2_cifar10-8x8x3")
+    tasks += ("mlp-w64-d2_cifar10-8x8x3", lm)
+    assert sorted(LONG) == sorted(f"{t}@{h}" for t in tasks for h in (5000, 10000))
+    assert set(LONG) <= set(KEYS)
+    assert "conv-c16-d2_cifar10-8x8x3@300" not in LONG
+    assert len(report.expected_paths()) == 15 * (3 + 4 * 3 * 2)
+
+
+def test_a_complete_tree_where_elo_celo2_wins_meets_h1_and_h2(tmp_path):
+    _tree(tmp_path)
+    summary = report.summarise(tmp_path)
+    assert summary["status"] == "complete: 405 of 405 results present"
+    assert summary["missing"] == []
+    h1 = summary["h1"]
+    assert h1["verdict"] == "met" and h1["cells_at_or_below_adamw"] == 15
+    # ratios 0.89, 0.90, 0.91 to AdamW: below 1; to Muon (0.95) as well
+    assert h1["ratio_interval_below_1"] == {"adamw": 15, "muon": 15}
+    h2 = summary["h2"]
+    assert h2["verdict"] == "met" and h2["selected"]["cells_below_0"] == 8
+    assert h2["selected"]["diverged"] == {"elo_celo2": 0, "pes_celo2": 0}
+    cell = summary["cells"][KEYS[0]]
+    elo = cell["arms"]["elo_celo2"]["best"]
+    assert elo["value"] == pytest.approx(0.9)
+    assert elo["per_seed"] == pytest.approx({"0": 0.89, "1": 0.9, "2": 0.91})
+    assert elo["ratio_adamw"]["mean"] == pytest.approx(0.9)
+    # half-width of the 95% t-interval of (0.89, 0.9, 0.91): t(0.975, 2) * 0.01 / sqrt(3)
+    assert elo["ratio_adamw"]["ci95"] == pytest.approx(4.302653 * 0.01 / math.sqrt(3), rel=1e-5)
+    assert cell["h2"]["best"]["mean"] == pytest.approx(-0.1)
+    assert cell["h2"]["best"]["wins"] == 3
+    h3 = summary["h3"]
+    assert h3["elo_vs_pes_small_fc"]["cells_below_0"] == 15
+    assert h3["pes_celo2_vs_small_fc"]["mean_over_cells"] == pytest.approx(-0.2)
+    assert h3["elo_celo2_vs_small_fc"]["cells_below_0"] == 15
+    assert summary["provenance"]["evaluation_commits"] == {"abc1234": 405}
+
+
+@pytest.mark.parametrize("wins, verdict", [(8, "met"), (7, "not met")])
+def test_h1_needs_eight_cells_at_or_below_adamw(tmp_path, wins, verdict):
+    better = set(KEYS[:wins])
+
+    def loss(opt, seed, checkpoint, key):
+        if opt == "elo_celo2" and key not in better:
+            return 1.05 + _noise(seed)
+        return _standard(opt, seed, checkpoint, key)
+
+    _tree(tmp_path, loss)
+    h1 = report.summarise(tmp_path)["h1"]
+    assert h1["verdict"] == verdict
+    assert h1["cells_at_or_below_adamw"] == wins and h1["which"] == KEYS[:wins]
+
+
+def test_h1_counts_a_tie_with_adamw_and_never_a_nonfinite_value(tmp_path):
+    def loss(opt, seed, checkpoint, key):
+        if opt == "elo_celo2" and key == KEYS[0]:
+            return ADAMW  # at AdamW's value: counts
+        if opt == "elo_celo2" and key == KEYS[1]:
+            return None if seed == 0 else 0.5  # a non-finite seed: the cell does not count
+        return _standard(opt, seed, checkpoint, key)
+
+    _tree(tmp_path, loss)
+    h1 = report.summarise(tmp_path)["h1"]
+    assert KEYS[0] in h1["which"] and KEYS[1] not in h1["which"]
+    assert h1["cells_at_or_below_adamw"] == 14
+
+
+@pytest.mark.parametrize("wins, verdict", [(4, "met"), (3, "not met")])
+def test_h2_needs_an_interval_below_zero_on_half_the_long_horizon_cells(tmp_path, wins, verdict):
+    significant = set(LONG[:wins])
+
+    def loss(opt, seed, checkpoint, key):
+        if opt == "elo_celo2" and key not in significant:
+            return 1.0 + 0.05 * (seed - 1)  # mean difference 0 with PES: not below 0
+        return _standard(opt, seed, checkpoint, key)
+
+    _tree(tmp_path, loss)
+    h2 = report.summarise(tmp_path)["h2"]
+    assert h2["verdict"] == verdict and h2["selected"]["cells_below_0"] == wins
+    assert h2["needed"] == 4
+
+
+def test_h2_is_not_met_when_elo_diverges_more_often_than_pes(tmp_path):
+    def diverged(arm, seed, key):
+        if arm == "pes_celo2":
+            return key == KEYS[-1] and seed == 0
+        return arm == "elo_celo2" and key == KEYS[-1] and seed < 2  # a short-run cell
+
+    _tree(tmp_path, diverged=diverged)
+    h2 = report.summarise(tmp_path)["h2"]
+    assert h2["selected"]["cells_below_0"] == 8
+    assert h2["selected"]["diverged"] == {"elo_celo2": 2, "pes_celo2": 1}
+    assert h2["selected"]["diverged_long_horizon"] == {"elo_celo2": 0, "pes_celo2": 0}
+    assert h2["verdict"] == "not met"
+
+
+def test_h2_judges_selected_checkpoints_and_only_reports_final_ones(tmp_path):
+    def loss(opt, seed, checkpoint, key):
+        if opt == "elo_celo2" and checkpoint == "final":
+            return 2.0 + _noise(seed)  # far worse than PES, not judged
+        return _standard(opt, seed, checkpoint, key)
+
+    _tree(tmp_path, loss)
+    h2 = report.summarise(tmp_path)["h2"]
+    assert h2["verdict"] == "met"
+    assert h2["final (not judged)"]["cells_below_0"] == 0
+
+
+@pytest.mark.parametrize(
+    "missing, pending",
+    [
+        ("runs/elo_celo2/s2/best/{long}.json", {"h1", "h2"}),
+        ("runs/pes_celo2/s0/best/{short}.json", {"h2"}),
+        ("baselines/adamw/{short}.json", {"h1"}),
+        ("runs/elo_celo2/s1/final/{long}.json", set()),  # final checkpoints are not judged
+        ("baselines/sgd/{long}.json", set()),  # SGD is reported, not judged
+        ("runs/pes_small_fc/s0/best/{long}.json", set()),  # H3 is descriptive
+    ],
+)
+def test_a_missing_result_makes_the_verdicts_that_need_it_pending(tmp_path, missing, pending):
+    evaluation = _tree(tmp_path)
+    (evaluation / missing.format(long=LONG[0], short=KEYS[-1])).unlink()
+    summary = report.summarise(tmp_path)
+    assert summary["status"] == "incomplete: 404 of 405 results present"
+    assert summary["missing"] == [missing.format(long=LONG[0], short=KEYS[-1])]
+    assert summary["h1"]["cells_complete"] == (14 if "h1" in pending else 15)
+    assert summary["h2"]["selected"]["cells_complete"] == (14 if "h2" in pending else 15)
+    for name in ("h1", "h2"):
+        assert (summary[name]["verdict"] == "pending") == (name in pending)
+        if name not in pending:
+            assert summary[name]["verdict"] == "met"
+
+
+def test_an_empty_results_directory_reports_everything_pending(tmp_path):
+    summary = report.report(tmp_path)
+    assert summary["status"] == "incomplete: 0 of 405 results present"
+    assert summary["h1"]["verdict"] == summary["h2"]["verdict"] == "pending"
+    assert all(v["judged"] == 0 for v in summary["default_step"].values())
+    assert "incomplete: 0 of 405" in (tmp_path / "summary.md").read_text()
+
+
+def test_the_default_step_works_within_125_percent_of_tuned_adamw(tmp_path):
+    def default(arm, key):
+        return 1.25 * ADAMW if arm == "elo_celo2" else 1.3 * ADAMW
+
+    _tree(tmp_path, default=default)
+    summary = report.summarise(tmp_path)
+    steps = summary["default_step"]
+    assert steps["elo_celo2"] == {"works": 15, "judged": 15, "of": 15}
+    assert steps["pes_celo2"]["works"] == 0 and steps["pes_celo2"]["judged"] == 15
+    entry = summary["cells"][KEYS[0]]["arms"]["elo_celo2"]["best"]
+    assert entry["default_value"] == pytest.approx(1.25) and entry["value"] == pytest.approx(0.9)
+
+
+def test_the_written_summary_is_strict_json_and_markdown_with_the_verdicts(tmp_path):
+    def loss(opt, seed, checkpoint, key):
+        if opt == "pes_celo2" and seed == 0 and key == KEYS[0]:
+            return None  # a non-finite value: null in JSON
+        return _standard(opt, seed, checkpoint, key)
+
+    _tree(tmp_path, loss, commit="feedbee")
+    (tmp_path / "evaluation" / "runs" / "elo_celo2" / "s0" / "best" / f"{KEYS[3]}.json").unlink()
+    report.report(tmp_path)
+    data = json.loads(
+        (tmp_path / "summary.json").read_text(),
+        parse_constant=lambda c: pytest.fail(f"{c} in JSON"),
+    )
+    assert data["h1"]["verdict"] == "pending" and data["h2"]["verdict"] == "pending"
+    assert data["cells"][KEYS[0]]["arms"]["pes_celo2"]["best"]["value"] is None
+    text = (tmp_path / "summary.md").read_text()
+    assert "incomplete: 404 of 405 results present" in text
+    assert "**H1**" in text and "**H2**" in text and "**pending**" in text
+    assert "`feedbee` (404)" in text
+    for key in KEYS:
+        assert f"| {key} |" in text
+
+
+def test_the_command_line_writes_the_summary(tmp_path, monkeypatch, capsys):
+    _tree(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["report", "--results-dir", str(tmp_path)])
+    report.main()
+    out = capsys.readouterr().out
+    assert "complete: 405 of 405" in out and "H1: met" in out and "H2: met" in out
+    assert (tmp_path / "summary.json").is_file() and (tmp_path / "summary.md").is_file()
