@@ -6,9 +6,9 @@ small_fc runs a 39 -> h -> h -> 2 MLP (h = 32) on every element of a tensor: 2 (
 
 - `adamw`: `optax.adamw(1e-3)`'s update + apply (the reference point of the time targets);
 - `small_fc`: `elo.as_optax(elo.pretrained("small_fc_mnist8"))`'s update + apply, chunked as
-  `as_optax` does by default (8192 elements per chunk on CPU);
+  `as_optax` does by default on CPU;
 - `mlp_chunked`: the MLP's three matmuls with bias and ReLU alone, on a ready `[chunk, 39]`
-  input, in the same chunk loop (`lax.fori_loop` over 4096 chunks of 8192 elements): the part of
+  input, in the same chunk loop (`lax.fori_loop` over chunks of `CHUNK` elements): the part of
   small_fc's time that no change to the feature construction can remove;
 - `mlp_whole`: the same three matmuls as one `[N, 39]` GEMM chain (no loop): the dense floor of
   this machine.
@@ -41,7 +41,7 @@ import elo
 
 HIDDEN = 32
 FEATURES = 39
-CHUNK = 8192
+CHUNK = 32768
 
 
 def timed(fn, *args, repeats: int) -> list[float]:

@@ -17,7 +17,7 @@ from elo.optimizers import _chunked
 
 # Compile quickly: these tests are dominated by XLA compile time, not by run time.
 FAST = {"xla_backend_optimization_level": 0}
-# Large tensors (more than 8192 elements: streamed in chunks) of every kind, with small ones
+# Large tensors (streamed in chunks at chunk_size=1000) of every kind, with small ones
 # between them (which share their matmuls and must keep doing so).
 SHAPES = {
     "matrix": (300, 70),
