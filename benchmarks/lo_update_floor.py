@@ -41,7 +41,7 @@ import elo
 
 HIDDEN = 32
 FEATURES = 39
-CHUNK = 32768
+CHUNK = 32768  # as_optax's CPU default (not public API: keep the two equal)
 
 
 def timed(fn, *args, repeats: int) -> list[float]:

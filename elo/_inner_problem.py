@@ -328,9 +328,10 @@ class InnerProblem(eqx.Module):
         - `keys`: one key per particle for this truncation.
         - `use_expert`: `False` skips the expert where the supervision does not need it
           ([`AbstractSupervision.needs_expert`][elo.internal.AbstractSupervision.needs_expert]):
-          the learned optimizer steps alone, which at $\alpha = 1$ gives the same parameters
-          as the fused step; the expert's states stay as they were and the imitation losses
-          are recorded as 0.
+          the learned optimizer steps alone, which at $\\alpha = 1$ gives the parameters of
+          the fused step (up to float rounding: bit for bit on one device, within an ulp when
+          the compiler splits the program differently); the expert's states stay as they were
+          and the imitation losses are recorded as 0.
 
         **Returns:**
 

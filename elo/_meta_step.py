@@ -98,9 +98,9 @@ def _group_step(
     # The expert's step (for Muon, Newton-Schulz on every matrix of every side) is computed
     # only at outer steps whose supervision uses it: after the handover it would be multiplied
     # by zero. A branch on the replicated outer step, not a select per particle.
-    expert_used = supervision.needs_expert(weights) if problem.expert is not None else None
-    if expert_used is None:
-        after, records, restart_xi, snapshot = unroll(False)
+    expert_used = supervision.needs_expert(weights) if problem.expert is not None else False
+    if isinstance(expert_used, bool):
+        after, records, restart_xi, snapshot = unroll(expert_used)
     else:
         after, records, restart_xi, snapshot = jax.lax.cond(
             expert_used, lambda: unroll(True), lambda: unroll(False)
@@ -111,7 +111,7 @@ def _group_step(
     stats = group_metrics(
         records, particles, alpha, num_particles=config.num_particles, axis_name=PARTICLE_AXIS
     )
-    if expert_used is not None:
+    if not isinstance(expert_used, bool):
         # Imitation losses that were not measured are missing (null in metrics.jsonl), not 0.
         stats = eqx.tree_at(
             lambda s: (s.direction_loss, s.magnitude_loss),

@@ -15,7 +15,8 @@ class StepRecord(eqx.Module):
     - `meta_loss`: the normalised task loss (`task.normalize_loss`, e.g. clipped to
       $[0, 1.5\\ln 10]$): the per-step loss PES differentiates.
     - `task_loss`: the raw training loss.
-    - `direction_loss`, `magnitude_loss`: ELO's imitation losses (0 without an expert).
+    - `direction_loss`, `magnitude_loss`: ELO's imitation losses (0 without an expert, and at
+      steps where the supervision does not use it).
     - `imitation_mse`: the behaviour-cloning loss of alternating supervision (0 otherwise).
     - `new_segment`: the step belongs to a trajectory that restarted inside this truncation.
     - `resumed`, `fresh`: a restart happened at this step, from the buffer or fresh.

@@ -74,11 +74,13 @@ class AbstractSupervision(eqx.Module):
         """The meta-loss differences of a truncation (records with axes `[particles, R]`)."""
 
     @abc.abstractmethod
-    def needs_expert(self, weights: SupervisionWeights) -> Bool[Array, ""]:
+    def needs_expert(self, weights: SupervisionWeights) -> bool | Bool[Array, ""]:
         """Whether the expert takes part in an outer step with these weights: its step enters
-        a trajectory or an imitation loss. Where it does not, the inner problems skip it (see
-        [`InnerProblem.unroll`][elo.internal.InnerProblem.unroll]); the trajectories are the
-        same."""
+        a trajectory or an imitation loss. A Python bool where the answer does not depend on
+        the outer step (then only one unroll is compiled). Where it is false, the inner
+        problems skip the expert (see
+        [`InnerProblem.unroll`][elo.internal.InnerProblem.unroll]): the same trajectories up
+        to float rounding."""
 
     def step_weight(
         self, alpha: Float[Array, ""], follow_expert: Bool[Array, ""]
@@ -99,7 +101,7 @@ class NoSupervision(AbstractSupervision):
         return SupervisionSchedule.none().weights(outer_step)
 
     def needs_expert(self, weights):
-        return jnp.asarray(False)
+        return False
 
     def trajectory_weight(self, weights, unrolls_done):
         return jnp.ones(unrolls_done.shape, jnp.float32)
@@ -134,9 +136,19 @@ class ProgressiveSupervision(AbstractSupervision):
 
     def needs_expert(self, weights):
         # After the handover (alpha = 1, no imitation weight) the expert's step is multiplied
-        # by zero everywhere, unless a restarted problem may follow the expert.
+        # by zero everywhere, unless a restarted problem may follow the expert or a floor keeps
+        # some supervision to the end.
         if self.follow_expert_on_restart:
-            return jnp.asarray(True)
+            return True
+        s = self.schedule
+        floors = (
+            s.trajectory_floor,
+            s.direction_floor * s.direction_weight,
+            s.magnitude_floor * s.magnitude_weight,
+        )
+        static = [f for f in floors if isinstance(f, int | float)]
+        if len(static) == len(floors) and any(f > 0 for f in static):
+            return True
         return (weights.alpha < 1) | (weights.direction != 0) | (weights.magnitude != 0)
 
     def trajectory_weight(self, weights, unrolls_done):
@@ -184,7 +196,7 @@ class AlternatingSupervision(AbstractSupervision):
         return SupervisionSchedule.none().weights(outer_step)
 
     def needs_expert(self, weights):
-        return jnp.asarray(True)
+        return True
 
     def trajectory_weight(self, weights, unrolls_done):
         cloning = (unrolls_done % 2 == 0).astype(jnp.float32)

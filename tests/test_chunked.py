@@ -17,8 +17,8 @@ from elo.optimizers import _chunked
 
 # Compile quickly: these tests are dominated by XLA compile time, not by run time.
 FAST = {"xla_backend_optimization_level": 0}
-# Large tensors (streamed in chunks at chunk_size=1000) of every kind, with small ones
-# between them (which share their matmuls and must keep doing so).
+# Large tensors (more than 8192 elements: streamed in chunks; "big" also at the CPU default) of
+# every kind, with small ones between them (which share their matmuls and must keep doing so).
 SHAPES = {
     "matrix": (300, 70),
     "bias": (70,),
@@ -27,6 +27,7 @@ SHAPES = {
     "scalar": (),
     "small": (5, 9),
     "square": (96, 96),
+    "big": (200, 200),
 }
 
 

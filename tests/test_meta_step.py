@@ -299,15 +299,13 @@ def test_the_expert_is_skipped_after_the_handover_with_the_same_trajectories():
         bool(supervision.needs_expert(supervision.weights(jnp.asarray(t)))) for t in range(20)
     ]
     assert needed == [t < 10 for t in range(20)]
-    assert bool(
-        elo.internal.build_supervision(
-            config.replace(fresh_init_expert_warm_start=True)
-        ).needs_expert(supervision.weights(jnp.asarray(15)))
-    )
+    warm = elo.internal.build_supervision(config.replace(fresh_init_expert_warm_start=True))
+    assert warm.needs_expert(supervision.weights(jnp.asarray(15))) is True
+    # Where a floor keeps supervision to the end the answer is a Python bool: one unroll.
     floored = elo.internal.build_supervision(small_elo_config(direction_floor=0.3))
-    assert bool(floored.needs_expert(floored.weights(jnp.asarray(15))))  # direction imitated
+    assert floored.needs_expert(floored.weights(jnp.asarray(15))) is True
     pes = elo.internal.build_supervision(elo.presets.pes_small_fc())
-    assert not bool(pes.needs_expert(pes.weights(jnp.asarray(0))))
+    assert pes.needs_expert(pes.weights(jnp.asarray(0))) is False
 
     state = elo.init(config, key=jr.key(0))
     for t in range(3):  # particles mid-trajectory, with Adam moments in the expert's state
@@ -338,7 +336,16 @@ def test_the_expert_is_skipped_after_the_handover_with_the_same_trajectories():
     assert np.all(np.asarray(alone_records.direction_loss) == 0)
     assert np.all(np.asarray(fused_records.direction_loss) > 0)
 
-    _, history = run(config, 12)
+    state, history = run(config, 12)
     assert all(np.isfinite(h["direction_loss"]) for h in history[:10])
     assert all(np.isnan(h["direction_loss"]) for h in history[10:])
     assert all(np.isnan(h["magnitude_loss"]) for h in history[10:])
+    # The meta-step itself skips the expert: particles that ran the whole truncation without a
+    # restart kept their expert's state, while their parameters moved.
+    before = state.groups[0]
+    after = elo.meta_step(state, jr.key(5)).groups[0]
+    continued = np.asarray(after.step) == np.asarray(before.step) + config.truncation_length
+    assert continued.any()
+    pick = lambda tree: jax.tree.map(lambda x: np.asarray(x)[continued], tree)  # noqa: E731
+    assert bitwise_equal(pick(after.sides.expert_state), pick(before.sides.expert_state))
+    assert not bitwise_equal(pick(after.sides.params), pick(before.sides.params))

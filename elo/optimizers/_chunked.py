@@ -14,11 +14,11 @@ from jaxtyping import Array, PyTree
 from ._accumulators import safe_rsqrt
 
 
-# Elements per chunk when the caller gives none. On a 2-core CPU (benchmarks/lo_update.py, one
-# 33.6M matrix and a 34M transformer) 32768 was the fastest of 8192, 32768, 65536 and 2^20 for
-# both networks (Celo2 took 1.8x longer at 8192; small_fc 1.7x longer at 2^20). On accelerators
-# a chunk of 2^22 elements keeps the working set near 2 GB (about 400 B per element), so a
-# 100M-parameter model fits a 24 GB card.
+# Elements per chunk when the caller gives none. On a 2-core CPU (benchmarks/results/chunk_size:
+# one 33.6M matrix and a 34M transformer, background jobs paused) 32768 was as fast as 8192 for
+# small_fc and 10-15% faster for Celo2 (4.8 s vs 5.3 s, 2.8 s vs 3.3 s); 2^20 was 1.7x slower for
+# small_fc. On accelerators a chunk of 2^22 elements keeps the working set near 2 GB (about 400 B
+# per element), so a 100M-parameter model fits a 24 GB card.
 CPU_CHUNK_SIZE = 32768
 ACCELERATOR_CHUNK_SIZE = 2**22
 

@@ -197,8 +197,8 @@ def as_optax(
         model = eqx.apply_updates(model, updates)
         ```
 
-    **Memory, sharding, dtypes.** A tensor of more than `chunk_size` elements is streamed
-    through the network `chunk_size` elements at a time, so the update's working memory beyond the
+    **Memory, sharding, dtypes.** A tensor of more than 8192 elements is streamed through
+    the network `chunk_size` elements at a time, so the update's working memory beyond the
     optimizer state and the update itself is a few hundred bytes per element of a chunk, not
     of the model; the result does not depend on `chunk_size` beyond float32 summation order.
     The default is 32768 on CPU (the fastest measured on 2 cores) and $2^{22}$ on
