@@ -174,6 +174,7 @@ def test_evaluate_plot_and_export(straight, tmp_path, capsys):
     assert "test acc" in out and "* selected" in out and "±" in out
     lo_doc, sweep_doc = json.loads(lo_json.read_text()), json.loads(sweep_json.read_text())
     assert lo_doc["format"] == "elo-evaluation" and lo_doc["learning_rate"] is None
+    assert lo_doc["environment"]["elo"] == elo.__version__
     assert lo_doc["steps"] == [0, 3, 6] and len(lo_doc["curves"]["test_loss"]["per_seed"]) == 2
     assert {"train_loss", "validation_loss", "test_loss", "test_accuracy"} <= set(lo_doc["final"])
     rates = [s["learning_rate"] for s in sweep_doc["sweep"]]

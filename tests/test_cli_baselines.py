@@ -23,6 +23,7 @@ def test_baselines_table_json_and_plot(tmp_path, capsys):
     assert "steps to AdamW" in printed and "chosen on the validation split" in printed
     document = json.loads(out.read_text())
     assert document["format"] == "elo-comparison" and document["target"] == str(lo_file)
+    assert document["environment"]["jax"] and document["environment"]["device_count"] >= 1
     names = [o["name"] for o in document["optimizers"]]
     assert names == ["adamw", str(lo_file), "sgd"]
     assert [len(o["sweep"]) for o in document["optimizers"]] == [2, 2, 2]

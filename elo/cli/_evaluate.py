@@ -26,6 +26,7 @@ from .._pretrained import available_pretrained, PRETRAINED_SCHEME
 from .._tuning import compare, Comparison, COMPARISON_FORMAT, TUNED_BASELINES
 from ..tasks import list_tasks
 from ._common import check_writable, CLIError, load_pretrained as _pretrained
+from ._environment import environment
 from ._task_factory import is_factory, load_factory_tasks, TASK_HELP
 
 
@@ -206,6 +207,7 @@ def evaluation_document(
     """The JSON document `elo evaluate` writes: the (selected) evaluation's curves and summary,
     plus one summary per learning rate of a sweep."""
     document = {"format": EVALUATION_FORMAT, "version": 1, "target": target, **result.to_dict()}
+    document["environment"] = environment()
     document["sweep"] = None
     document["select"] = select
     if sweep is not None:
@@ -363,7 +365,8 @@ COMPARISON_HEADER = [
 
 def comparison_document(target: str, result: Comparison) -> dict[str, Any]:
     """The JSON document `elo evaluate --baselines` writes: [`elo.Comparison.to_dict`][]."""
-    return {"format": COMPARISON_FORMAT, "version": 1, "target": target, **result.to_dict()}
+    document = {"format": COMPARISON_FORMAT, "version": 1, "target": target, **result.to_dict()}
+    return document | {"environment": environment()}
 
 
 def _run_comparison(args: argparse.Namespace, optimizer: Any, label: str, run_dir: Any) -> int:
