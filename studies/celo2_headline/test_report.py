@@ -74,28 +74,29 @@ def _tree(
     return evaluation
 
 
-def test_the_cells_and_the_eight_long_horizon_cells_are_the_protocols():
-    assert len(KEYS) == 15 and len(set(KEYS)) == 15
+def test_the_cells_and_the_six_long_horizon_cells_are_the_protocols():
+    assert len(KEYS) == 14 and len(set(KEYS)) == 14
     lm = "transformer-w32-d2-h2_shakespeare-ctx32"
+    assert f"{lm}@1000" in KEYS and f"{lm}@2000" in KEYS
     tasks = ("mlp-w128-d3_fashionmnist-8x8x1", "conv-c16-d2_cifar10-8x8x3")
-    tasks += ("mlp-w64-d2_cifar10-8x8x3", lm)
+    tasks += ("mlp-w64-d2_cifar10-8x8x3",)
     assert sorted(LONG) == sorted(f"{t}@{h}" for t in tasks for h in (5000, 10000))
     assert set(LONG) <= set(KEYS)
     assert "conv-c16-d2_cifar10-8x8x3@300" not in LONG
-    assert len(report.expected_paths()) == 15 * (3 + 4 * 3 * 2)
+    assert len(report.expected_paths()) == 14 * (3 + 4 * 3 * 2)
 
 
 def test_a_complete_tree_where_elo_celo2_wins_meets_h1_and_h2(tmp_path):
     _tree(tmp_path)
     summary = report.summarise(tmp_path)
-    assert summary["status"] == "complete: 405 of 405 results present"
+    assert summary["status"] == "complete: 378 of 378 results present"
     assert summary["missing"] == []
     h1 = summary["h1"]
-    assert h1["verdict"] == "met" and h1["cells_at_or_below_adamw"] == 15
+    assert h1["verdict"] == "met" and h1["cells_at_or_below_adamw"] == 14
     # ratios 0.89, 0.90, 0.91 to AdamW: below 1; to Muon (0.95) as well
-    assert h1["ratio_interval_below_1"] == {"adamw": 15, "muon": 15}
+    assert h1["ratio_interval_below_1"] == {"adamw": 14, "muon": 14}
     h2 = summary["h2"]
-    assert h2["verdict"] == "met" and h2["selected"]["cells_below_0"] == 8
+    assert h2["verdict"] == "met" and h2["selected"]["cells_below_0"] == 6
     assert h2["selected"]["diverged"] == {"elo_celo2": 0, "pes_celo2": 0}
     cell = summary["cells"][KEYS[0]]
     elo = cell["arms"]["elo_celo2"]["best"]
@@ -107,10 +108,10 @@ def test_a_complete_tree_where_elo_celo2_wins_meets_h1_and_h2(tmp_path):
     assert cell["h2"]["best"]["mean"] == pytest.approx(-0.1)
     assert cell["h2"]["best"]["wins"] == 3
     h3 = summary["h3"]
-    assert h3["elo_vs_pes_small_fc"]["cells_below_0"] == 15
+    assert h3["elo_vs_pes_small_fc"]["cells_below_0"] == 14
     assert h3["pes_celo2_vs_small_fc"]["mean_over_cells"] == pytest.approx(-0.2)
-    assert h3["elo_celo2_vs_small_fc"]["cells_below_0"] == 15
-    assert summary["provenance"]["evaluation_commits"] == {"abc1234": 405}
+    assert h3["elo_celo2_vs_small_fc"]["cells_below_0"] == 14
+    assert summary["provenance"]["evaluation_commits"] == {"abc1234": 378}
 
 
 @pytest.mark.parametrize("wins, verdict", [(8, "met"), (7, "not met")])
@@ -139,10 +140,10 @@ def test_h1_counts_a_tie_with_adamw_and_never_a_nonfinite_value(tmp_path):
     _tree(tmp_path, loss)
     h1 = report.summarise(tmp_path)["h1"]
     assert KEYS[0] in h1["which"] and KEYS[1] not in h1["which"]
-    assert h1["cells_at_or_below_adamw"] == 14
+    assert h1["cells_at_or_below_adamw"] == 13
 
 
-@pytest.mark.parametrize("wins, verdict", [(4, "met"), (3, "not met")])
+@pytest.mark.parametrize("wins, verdict", [(3, "met"), (2, "not met")])
 def test_h2_needs_an_interval_below_zero_on_half_the_long_horizon_cells(tmp_path, wins, verdict):
     significant = set(LONG[:wins])
 
@@ -154,7 +155,7 @@ def test_h2_needs_an_interval_below_zero_on_half_the_long_horizon_cells(tmp_path
     _tree(tmp_path, loss)
     h2 = report.summarise(tmp_path)["h2"]
     assert h2["verdict"] == verdict and h2["selected"]["cells_below_0"] == wins
-    assert h2["needed"] == 4
+    assert h2["needed"] == 3
 
 
 def test_h2_is_not_met_when_elo_diverges_more_often_than_pes(tmp_path):
@@ -165,7 +166,7 @@ def test_h2_is_not_met_when_elo_diverges_more_often_than_pes(tmp_path):
 
     _tree(tmp_path, diverged=diverged)
     h2 = report.summarise(tmp_path)["h2"]
-    assert h2["selected"]["cells_below_0"] == 8
+    assert h2["selected"]["cells_below_0"] == 6
     assert h2["selected"]["diverged"] == {"elo_celo2": 2, "pes_celo2": 1}
     assert h2["selected"]["diverged_long_horizon"] == {"elo_celo2": 0, "pes_celo2": 0}
     assert h2["verdict"] == "not met"
@@ -198,10 +199,10 @@ def test_a_missing_result_makes_the_verdicts_that_need_it_pending(tmp_path, miss
     evaluation = _tree(tmp_path)
     (evaluation / missing.format(long=LONG[0], short=KEYS[-1])).unlink()
     summary = report.summarise(tmp_path)
-    assert summary["status"] == "incomplete: 404 of 405 results present"
+    assert summary["status"] == "incomplete: 377 of 378 results present"
     assert summary["missing"] == [missing.format(long=LONG[0], short=KEYS[-1])]
-    assert summary["h1"]["cells_complete"] == (14 if "h1" in pending else 15)
-    assert summary["h2"]["selected"]["cells_complete"] == (14 if "h2" in pending else 15)
+    assert summary["h1"]["cells_complete"] == (13 if "h1" in pending else 14)
+    assert summary["h2"]["selected"]["cells_complete"] == (13 if "h2" in pending else 14)
     for name in ("h1", "h2"):
         assert (summary[name]["verdict"] == "pending") == (name in pending)
         if name not in pending:
@@ -210,10 +211,10 @@ def test_a_missing_result_makes_the_verdicts_that_need_it_pending(tmp_path, miss
 
 def test_an_empty_results_directory_reports_everything_pending(tmp_path):
     summary = report.report(tmp_path)
-    assert summary["status"] == "incomplete: 0 of 405 results present"
+    assert summary["status"] == "incomplete: 0 of 378 results present"
     assert summary["h1"]["verdict"] == summary["h2"]["verdict"] == "pending"
     assert all(v["judged"] == 0 for v in summary["default_step"].values())
-    assert "incomplete: 0 of 405" in (tmp_path / "summary.md").read_text()
+    assert "incomplete: 0 of 378" in (tmp_path / "summary.md").read_text()
 
 
 def test_the_default_step_works_within_125_percent_of_tuned_adamw(tmp_path):
@@ -223,8 +224,8 @@ def test_the_default_step_works_within_125_percent_of_tuned_adamw(tmp_path):
     _tree(tmp_path, default=default)
     summary = report.summarise(tmp_path)
     steps = summary["default_step"]
-    assert steps["elo_celo2"] == {"works": 15, "judged": 15, "of": 15}
-    assert steps["pes_celo2"]["works"] == 0 and steps["pes_celo2"]["judged"] == 15
+    assert steps["elo_celo2"] == {"works": 14, "judged": 14, "of": 14}
+    assert steps["pes_celo2"]["works"] == 0 and steps["pes_celo2"]["judged"] == 14
     entry = summary["cells"][KEYS[0]]["arms"]["elo_celo2"]["best"]
     assert entry["default_value"] == pytest.approx(1.25) and entry["value"] == pytest.approx(0.9)
 
@@ -245,9 +246,9 @@ def test_the_written_summary_is_strict_json_and_markdown_with_the_verdicts(tmp_p
     assert data["h1"]["verdict"] == "pending" and data["h2"]["verdict"] == "pending"
     assert data["cells"][KEYS[0]]["arms"]["pes_celo2"]["best"]["value"] is None
     text = (tmp_path / "summary.md").read_text()
-    assert "incomplete: 404 of 405 results present" in text
+    assert "incomplete: 377 of 378 results present" in text
     assert "**H1**" in text and "**H2**" in text and "**pending**" in text
-    assert "`feedbee` (404)" in text
+    assert "`feedbee` (377)" in text
     for key in KEYS:
         assert f"| {key} |" in text
 
@@ -257,5 +258,5 @@ def test_the_command_line_writes_the_summary(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["report", "--results-dir", str(tmp_path)])
     report.main()
     out = capsys.readouterr().out
-    assert "complete: 405 of 405" in out and "H1: met" in out and "H2: met" in out
+    assert "complete: 378 of 378" in out and "H1: met" in out and "H2: met" in out
     assert (tmp_path / "summary.json").is_file() and (tmp_path / "summary.md").is_file()

@@ -108,4 +108,4 @@ def test_every_protocol_cell_is_listed_once():
     from studies.celo2_headline import evaluate
 
     cells = evaluate.cells()
-    assert len(cells) == len(set(cells)) == 15
+    assert len(cells) == len(set(cells)) == 14
