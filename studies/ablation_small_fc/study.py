@@ -42,6 +42,7 @@ import math
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +183,12 @@ def summarise_run(run: Path, arm: str, seed: int, args) -> dict[str, Any]:
     def series(key: str) -> list[float | None]:
         values = np.asarray([np.nan if r.get(key) is None else r[key] for r in records], float)
         chunks = values[: len(values) // every * every].reshape(-1, every)
-        return [None if not math.isfinite(v) else float(v) for v in np.nanmean(chunks, axis=1)]
+        with warnings.catch_warnings():
+            # A chunk with no value (imitation losses after the handover, which are not
+            # computed) is missing, not an error.
+            warnings.simplefilter("ignore", RuntimeWarning)
+            means = np.nanmean(chunks, axis=1)
+        return [None if not math.isfinite(v) else float(v) for v in means]
 
     best = min(checks, key=lambda r: r["validation"]["score"])
     inner = len(records) * config["num_particles"] * 2 * config["truncation_length"]
