@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import elo
-from elo._meta_step import _compiled_meta_step
+from elo._meta_step import _compiled_for, _compiled_meta_step
 from elo.tasks import AbstractTask
 
 from .helpers import bitwise_equal, tree_allclose, without_runtime_type_checks
@@ -254,7 +254,7 @@ def test_single_cpu_device_runs_its_own_compiled_variant_with_the_same_results(s
     # instead of YNNPACK): a different compiled program, the same mathematics up to float
     # summation order, and still one trace per run.
     from elo._cpu import single_cpu_device_compiler_options
-    from elo._meta_step import _compiled_for, _compiled_meta_step_one_cpu
+    from elo._meta_step import _compiled_meta_step_one_cpu
 
     assert single_cpu_device_compiler_options() in (
         {},
@@ -343,7 +343,10 @@ def test_the_expert_is_skipped_after_the_handover_with_the_same_trajectories():
     # The meta-step itself skips the expert: particles that ran the whole truncation without a
     # restart kept their expert's state, while their parameters moved.
     before = state.groups[0]
+    compiled = _compiled_for(config)
+    traces = eqx.debug.get_num_traces(compiled)
     after = elo.meta_step(state, jr.key(5)).groups[0]
+    assert eqx.debug.get_num_traces(compiled) == traces  # the branch does not retrace
     continued = np.asarray(after.step) == np.asarray(before.step) + config.truncation_length
     assert continued.any()
     pick = lambda tree: jax.tree.map(lambda x: np.asarray(x)[continued], tree)  # noqa: E731
