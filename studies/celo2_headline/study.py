@@ -150,10 +150,11 @@ def summarise(name: str, out: Path, results: Path, arm: str, seed: int, fields) 
 
 
 def pilot_runs() -> list[tuple[str, str, float, str]]:
-    """Stage 1 of the pilot: (name, arm, learning rate, schedule) for each method and rate."""
+    """Stage 1 of the pilot: (name, arm, learning rate, schedule) for each method and rate,
+    the largest rates first (the amendment's new rates run before the unfinished old ones)."""
     return [
         (run_name(arm, 0, lr, settings.DEFAULT_SCHEDULE, True), arm, lr, settings.DEFAULT_SCHEDULE)
-        for lr in settings.PILOT_LEARNING_RATES
+        for lr in sorted(settings.PILOT_LEARNING_RATES, reverse=True)
         for arm in ("pes_celo2", "elo_celo2")
     ]
 

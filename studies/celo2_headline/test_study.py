@@ -58,7 +58,10 @@ def _finished(results, name, score):
 
 
 def test_the_pilot_decides_each_methods_rate_then_elos_schedule(tmp_path):
-    scores = {"pes_celo2": (0.50, 0.45, 0.47), "elo_celo2": (0.60, 0.52, 0.48)}
+    scores = {
+        "pes_celo2": (0.50, 0.45, 0.47, 0.46, 0.49),
+        "elo_celo2": (0.60, 0.52, 0.48, 0.50, 0.60),
+    }
     for arm, values in scores.items():
         for lr, score in zip(settings.PILOT_LEARNING_RATES, values):
             name = study.run_name(arm, 0, lr, settings.DEFAULT_SCHEDULE, True)
