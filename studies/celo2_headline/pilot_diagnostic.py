@@ -2,6 +2,8 @@
 
     python -m studies.celo2_headline.pilot_diagnostic   # ~5 min on 2 cores
 
+Every run starts as `elo meta-train --seed` does (the same initial network and inner problems).
+
 1. The *initial* learned optimizers (before any meta-training) of the seeds the study uses train a
    selection task very differently: each alone trains `mlp-w32-d1_fashionmnist-8x8x1` for 1000
    steps at scale 1 and is scored on its validation split. A random Celo2 network either points
@@ -17,6 +19,7 @@ results/pilot_diagnostic.json.
 import time
 from pathlib import Path
 
+import jax
 import jax.random as jr
 
 import elo
@@ -38,13 +41,20 @@ def score(lo: elo.AbstractLearnedOptimizer) -> float:
     return float(result.losses[0, 0])
 
 
+def cli_keys(seed: int) -> tuple[jax.Array, jax.Array]:
+    """The initialisation and run keys of `elo meta-train --seed seed` (how every run starts)."""
+    init_key, run_key = jr.split(jr.key(seed))
+    return init_key, run_key
+
+
 def initial_optimizers() -> dict[str, dict[str, float]]:
     """Item 1: each architecture's initial optimizer at each seed."""
     out = {}
     for preset in ("pes_celo2", "pes_small_fc"):
         config = elo.presets.get_preset(preset)
         out[preset] = {
-            str(seed): score(elo.init(config, key=jr.key(seed)).learned_optimizer) for seed in SEEDS
+            str(seed): score(elo.init(config, key=cli_keys(seed)[0]).learned_optimizer)
+            for seed in SEEDS
         }
         common.log("pilot_diagnostic", f"{preset}: {out[preset]}")
     return out
@@ -58,11 +68,12 @@ def short_meta_training(learning_rate: float) -> list[dict[str, float]]:
         meta_warmup_steps=0,
         num_outer_steps=OUTER_STEPS,
     )
-    state = elo.init(config, key=jr.key(settings.PILOT_SEED))
+    init_key, run_key = cli_keys(settings.PILOT_SEED)
+    state = elo.init(config, key=init_key)
     curve = [{"step": 0, "validation_loss": score(state.learned_optimizer)}]
     start = time.perf_counter()
     for step in range(OUTER_STEPS):
-        state = elo.meta_step(state, jr.fold_in(jr.key(settings.PILOT_SEED + 1), step))
+        state = elo.meta_step(state, jr.fold_in(run_key, step))
         if (step + 1) % EVERY == 0:
             curve.append({"step": step + 1, "validation_loss": score(state.learned_optimizer)})
     common.log(
