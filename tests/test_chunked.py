@@ -76,14 +76,27 @@ def test_chunk_layout_splits_evenly_on_every_shard(shape, chunk_size, multiple):
     axis, rows = layout
     assert shape[axis] % rows == 0 and rows % multiple == 0 and rows < shape[axis]
     elements = rows * n // shape[axis]
-    fitting = [
-        r * n // s
-        for s in shape
+    fitting = {
+        (a, r * n // s)
+        for a, s in enumerate(shape)
         for r in range(multiple, s, multiple)
         if s % r == 0 and r * n // s <= chunk_size
-    ]
-    if fitting:  # the largest chunk that fits
-        assert elements == max(fitting)
+    }
+    contiguous = {
+        (a, e) for a, e in fitting if math.prod(shape[a + 1 :]) >= _chunked.MIN_CONTIGUOUS_RUN
+    }
+    if fitting:  # the largest chunk that fits, made of contiguous runs where some axis allows
+        assert elements == max(e for _, e in (contiguous or fitting))
+        if contiguous:
+            assert math.prod(shape[axis + 1 :]) >= _chunked.MIN_CONTIGUOUS_RUN
+
+
+def test_chunk_layout_prefers_rows_to_columns_of_a_wide_matrix():
+    # A column chunk of a 32768 x 3072 matrix would hold more elements (32768) than 8 rows
+    # (24576), but its elements lie 3072 apart.
+    assert _chunked.chunk_layout((32768, 3072), 32768, (1, 1)) == (0, 8)
+    assert _chunked.chunk_layout((32768, 1024), 32768, (1, 1)) == (0, 32)
+    assert _chunked.chunk_layout((4, 100_000), 32768, (1, 1)) == (1, 6250)  # runs of 1 only
 
 
 def test_chunked_update_equals_unchunked(lo):

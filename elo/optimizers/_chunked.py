@@ -21,6 +21,10 @@ from ._accumulators import safe_rsqrt
 # per element), so a 100M-parameter model fits a 24 GB card.
 CPU_CHUNK_SIZE = 32768
 ACCELERATOR_CHUNK_SIZE = 2**22
+# A chunk takes every c-th index along its axis, so its memory is runs of the axes after it. A
+# chunk of single elements c apart (a column of a row-major matrix) made small_fc's update on a
+# 32768 x 3072 matrix 12x slower than on 32768 x 1024 (benchmarks/results/lo_update_101M.json).
+MIN_CONTIGUOUS_RUN = 256
 
 
 def factored_features(
@@ -100,8 +104,10 @@ def chunk_layout(
     `rows` indices each, all of every other axis). `rows` is a multiple of `multiples[axis]`,
     so a tensor evenly sharded along `axis` has the same number of a chunk's elements on every
     shard and no chunk needs another device's data. The largest chunk that fits `chunk_size`
-    is taken, on the first axis among equals (its chunks are runs of contiguous memory); if
-    none fits, the smallest.
+    is taken among the axes whose chunks are made of contiguous runs of at least
+    `MIN_CONTIGUOUS_RUN` elements (the axes after `axis` hold that many), on the first axis
+    among equals; if no axis has such runs, the largest that fits on any axis; if none fits,
+    the smallest.
     """
     n = math.prod(shape)
     if n <= chunk_size:
@@ -109,11 +115,13 @@ def chunk_layout(
     best, best_key = None, None
     for axis, size in enumerate(shape):
         rest = n // size
+        contiguous = math.prod(shape[axis + 1 :]) >= MIN_CONTIGUOUS_RUN
         for rows in range(multiples[axis], size, multiples[axis]):
             if size % rows:
                 continue
             elements = rows * rest
-            key = (elements <= chunk_size, elements if elements <= chunk_size else -elements)
+            fits = elements <= chunk_size
+            key = (fits, fits and contiguous, elements if fits else -elements)
             if best_key is None or key > best_key:
                 best, best_key = (axis, rows), key
     return best
