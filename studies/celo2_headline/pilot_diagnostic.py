@@ -8,7 +8,9 @@ Every run starts as `elo meta-train --seed` does (the same initial network and i
    selection task very differently: each alone trains `mlp-w32-d1_fashionmnist-8x8x1` for 1000
    steps at scale 1 and is scored on its validation split. A random Celo2 network either points
    downhill or it does not (its output is normalised, so only the pattern counts).
-2. From the pilot seed's initial Celo2, 100 outer steps of the full `pes_celo2` preset at a
+2. Why: the cosine between each initial Celo2's first step and the negative gradient, per
+   weight matrix of that task (its orthogonalised step is a direction: positive is downhill).
+3. From the pilot seed's initial Celo2, 100 outer steps of the full `pes_celo2` preset at a
    constant meta learning rate of 1e-3 (the largest of the first grid) and of 1e-2, validating
    as in 1 every 50 steps.
 
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import jax.random as jr
 
 import elo
@@ -60,6 +63,26 @@ def initial_optimizers() -> dict[str, dict[str, float]]:
     return out
 
 
+def initial_alignment() -> dict[str, list[float]]:
+    """Item 2: cos(first step, -gradient) of each seed's initial Celo2, per weight matrix."""
+    config = elo.presets.get_preset("pes_celo2")
+    task = elo.tasks.get_task(TASK)
+    params = task.init(jr.key(0))
+    grads = jax.grad(task.loss)(params, jr.key(0))
+    out = {}
+    for seed in SEEDS:
+        lo = elo.init(config, key=cli_keys(seed)[0]).learned_optimizer
+        opt = elo.as_optax(lo, num_steps=1000)
+        updates, _ = opt.update(grads, opt.init(params), params)
+        out[str(seed)] = [
+            float(jnp.vdot(u, -g) / (jnp.linalg.norm(u) * jnp.linalg.norm(g)))
+            for u, g in zip(jax.tree.leaves(updates), jax.tree.leaves(grads))
+            if u.ndim >= 2
+        ]
+    common.log("pilot_diagnostic", f"cos(first step, -gradient): {out}")
+    return out
+
+
 def short_meta_training(learning_rate: float) -> list[dict[str, float]]:
     """Item 2: validation every EVERY outer steps from the pilot seed's initial Celo2."""
     config = elo.presets.pes_celo2(
@@ -88,6 +111,7 @@ def main() -> None:
         "task": TASK,
         "validation": "one 1000-step run at scale 1, seed 0; final validation-split loss",
         "initial_optimizers": initial_optimizers(),
+        "initial_celo2_cos_step_to_descent": initial_alignment(),
         "pes_celo2_from_pilot_seed": {f"{lr:g}": short_meta_training(lr) for lr in LEARNING_RATES},
         "environment": common.environment(),
     }
