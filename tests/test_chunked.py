@@ -82,13 +82,18 @@ def test_chunk_layout_splits_evenly_on_every_shard(shape, chunk_size, multiple):
         for r in range(multiple, s, multiple)
         if s % r == 0 and r * n // s <= chunk_size
     }
-    contiguous = {
-        (a, e) for a, e in fitting if math.prod(shape[a + 1 :]) >= _chunked.MIN_CONTIGUOUS_RUN
+    if not fitting:
+        return
+    largest = max(e for _, e in fitting)
+    preferred = {
+        (a, e)
+        for a, e in fitting
+        if math.prod(shape[a + 1 :]) >= _chunked.MIN_CONTIGUOUS_RUN and 2 * e >= largest
     }
-    if fitting:  # the largest chunk that fits, made of contiguous runs where some axis allows
-        assert elements == max(e for _, e in (contiguous or fitting))
-        if contiguous:
-            assert math.prod(shape[axis + 1 :]) >= _chunked.MIN_CONTIGUOUS_RUN
+    # The largest chunk that fits; one of contiguous runs if one is at least half as large.
+    assert elements == max(e for _, e in (preferred or fitting))
+    if preferred:
+        assert math.prod(shape[axis + 1 :]) >= _chunked.MIN_CONTIGUOUS_RUN
 
 
 def test_chunk_layout_prefers_rows_to_columns_of_a_wide_matrix():
@@ -96,7 +101,11 @@ def test_chunk_layout_prefers_rows_to_columns_of_a_wide_matrix():
     # (24576), but its elements lie 3072 apart.
     assert _chunked.chunk_layout((32768, 3072), 32768, (1, 1)) == (0, 8)
     assert _chunked.chunk_layout((32768, 1024), 32768, (1, 1)) == (0, 32)
-    assert _chunked.chunk_layout((4, 100_000), 32768, (1, 1)) == (1, 6250)  # runs of 1 only
+    # Rows of a 4 x 100000 matrix do not fit: columns, although their runs are 1 element.
+    assert _chunked.chunk_layout((4, 100_000), 32768, (1, 1)) == (1, 6250)
+    # Contiguous chunks far smaller than the largest that fits are not preferred: 1021 chunks
+    # of one row would replace 16 column chunks.
+    assert _chunked.chunk_layout((1021, 512), 32768, (1, 1)) == (1, 32)
 
 
 def test_chunked_update_equals_unchunked(lo):

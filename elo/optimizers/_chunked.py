@@ -21,9 +21,10 @@ from ._accumulators import safe_rsqrt
 # per element), so a 100M-parameter model fits a 24 GB card.
 CPU_CHUNK_SIZE = 32768
 ACCELERATOR_CHUNK_SIZE = 2**22
-# A chunk takes every c-th index along its axis, so its memory is runs of the axes after it. A
-# chunk of single elements c apart (a column of a row-major matrix) made small_fc's update on a
-# 32768 x 3072 matrix 12x slower than on 32768 x 1024 (benchmarks/results/lo_update_101M.json).
+# A chunk takes every c-th index along its axis, so its memory is runs of the axes after it. On
+# a 32768 x 3072 matrix a chunk of one column (32768 elements, 3072 apart) made small_fc's update
+# take 19.8 s; chunks of 8 rows take 5.0 s (benchmarks/results/lo_update_101M_before.json and
+# lo_update_101M.json). 256 float32 elements are 1 KiB, many cache lines per run.
 MIN_CONTIGUOUS_RUN = 256
 
 
@@ -103,28 +104,30 @@ def chunk_layout(
     indices $i, i + c, i + 2c, \\ldots$ along `axis` ($c$ = `shape[axis] // rows` chunks of
     `rows` indices each, all of every other axis). `rows` is a multiple of `multiples[axis]`,
     so a tensor evenly sharded along `axis` has the same number of a chunk's elements on every
-    shard and no chunk needs another device's data. The largest chunk that fits `chunk_size`
-    is taken among the axes whose chunks are made of contiguous runs of at least
-    `MIN_CONTIGUOUS_RUN` elements (the axes after `axis` hold that many), on the first axis
-    among equals; if no axis has such runs, the largest that fits on any axis; if none fits,
-    the smallest.
+    shard and no chunk needs another device's data. Among the chunks that fit `chunk_size`,
+    the largest is taken, except that one made of contiguous runs of at least
+    `MIN_CONTIGUOUS_RUN` elements (the axes after `axis` hold that many) is preferred when it
+    is at least half as large; the first axis wins among equals. If none fits, the smallest.
     """
     n = math.prod(shape)
     if n <= chunk_size:
         return None
-    best, best_key = None, None
-    for axis, size in enumerate(shape):
-        rest = n // size
-        contiguous = math.prod(shape[axis + 1 :]) >= MIN_CONTIGUOUS_RUN
-        for rows in range(multiples[axis], size, multiples[axis]):
-            if size % rows:
-                continue
-            elements = rows * rest
-            fits = elements <= chunk_size
-            key = (fits, fits and contiguous, elements if fits else -elements)
-            if best_key is None or key > best_key:
-                best, best_key = (axis, rows), key
-    return best
+    candidates = [
+        (axis, rows, rows * (n // size), math.prod(shape[axis + 1 :]) >= MIN_CONTIGUOUS_RUN)
+        for axis, size in enumerate(shape)
+        for rows in range(multiples[axis], size, multiples[axis])
+        if size % rows == 0
+    ]
+    if not candidates:
+        return None
+    fitting = [c for c in candidates if c[2] <= chunk_size]
+    if not fitting:
+        axis, rows, _, _ = min(candidates, key=lambda c: c[2])
+        return axis, rows
+    largest = max(c[2] for c in fitting)
+    preferred = [c for c in fitting if c[3] and 2 * c[2] >= largest] or fitting
+    axis, rows, _, _ = max(preferred, key=lambda c: c[2])  # max keeps the first among equals
+    return axis, rows
 
 
 class _Chunks:
