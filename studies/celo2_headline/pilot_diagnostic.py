@@ -1,6 +1,6 @@
 """Why the pilot's learning-rate grid was widened: the evidence, recomputed.
 
-    python -m studies.celo2_headline.pilot_diagnostic   # ~5 min on 2 cores
+    python -m studies.celo2_headline.pilot_diagnostic   # ~10 min on 2 cores
 
 Every run starts as `elo meta-train --seed` does (the same initial network and inner problems).
 
@@ -32,7 +32,7 @@ from studies.celo2_headline import settings
 
 HERE = Path(__file__).parent
 TASK = settings.SELECTION_TASKS[0]
-SEEDS = (0, 1, 2, settings.PILOT_SEED)
+SEEDS = (*settings.MAIN_SEEDS, settings.PILOT_SEED)
 LEARNING_RATES = (1e-3, 1e-2)
 OUTER_STEPS = 100
 EVERY = 50
@@ -84,7 +84,7 @@ def initial_alignment() -> dict[str, list[float]]:
 
 
 def short_meta_training(learning_rate: float) -> list[dict[str, float]]:
-    """Item 2: validation every EVERY outer steps from the pilot seed's initial Celo2."""
+    """Item 3: validation every EVERY outer steps from the pilot seed's initial Celo2."""
     config = elo.presets.pes_celo2(
         meta_learning_rate=learning_rate,
         meta_final_learning_rate=learning_rate,

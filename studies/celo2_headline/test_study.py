@@ -77,6 +77,12 @@ def test_the_pilot_decides_each_methods_rate_then_elos_schedule(tmp_path):
     json.dumps(decision)  # recordable
 
 
+def test_the_pilot_runs_the_largest_rates_first():
+    runs = study.pilot_runs()
+    assert [(arm, lr) for _, arm, lr, _ in runs[:2]] == [("pes_celo2", 1e-2), ("elo_celo2", 1e-2)]
+    assert len(runs) == 2 * len(settings.PILOT_LEARNING_RATES)
+
+
 def test_an_unfinished_pilot_decides_nothing(tmp_path):
     _finished(tmp_path, study.run_name("pes_celo2", 0, 1e-4, "", True), 0.5)
     assert study.pilot_decision(tmp_path) is None
