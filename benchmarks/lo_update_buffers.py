@@ -41,20 +41,9 @@ def compile_one(name: str, rows: int, cols: int) -> dict:
     import jax
     import jax.numpy as jnp
     import optax
+    from lo_update import _make_optimizer
 
-    import elo
-
-    if name == "adamw":
-        opt = optax.adamw(1e-3)
-    elif name == "muon":
-        opt = optax.contrib.muon(1e-3)
-    else:
-        lo = (
-            elo.SmallFC(key=jax.random.key(0))
-            if name == "small_fc"
-            else elo.Celo2(key=jax.random.key(0))
-        )
-        opt = elo.as_optax(lo, num_steps=10_000)
+    opt = _make_optimizer(name, None)
     params = {"w": jnp.zeros((rows, cols))}
     state = jax.tree.map(jnp.copy, opt.init(params))
 

@@ -364,18 +364,11 @@ class SmallFC(AbstractMLPOptimizer):
 
         `(updates, new_state)`, where `params + updates` are the new parameters.
         """
-        streamed = None if self.clip_grad else grads
-        return self._update(
-            self.preprocess_grads(grads),
-            state,
-            params,
-            chunk_size=chunk_size,
-            streamed_grads=streamed,
-        )
+        cleaned = self.preprocess_grads(grads)
+        streamed = cleaned if self.clip_grad else grads
+        return self._update(cleaned, state, params, chunk_size=chunk_size, streamed_grads=streamed)
 
     def _update(self, grads, state, params, *, chunk_size, streamed_grads):
-        if streamed_grads is None:
-            streamed_grads = grads
         check_structure(grads, params, state.mom, owner="SmallFC")
         chunk_size = check_chunk_size(chunk_size, owner="SmallFC.update")
         t = state.iteration
