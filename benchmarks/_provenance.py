@@ -1,5 +1,6 @@
 """Where a measurement came from: the commit of the code and the CPU it ran on."""
 
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -11,14 +12,19 @@ ROOT = Path(__file__).resolve().parent.parent
 def git_commit(code: tuple[str, ...] = ("elo", "benchmarks")) -> str:
     """The checked-out commit, with `-dirty` when Python code under `code` (folders of the
     repository) differs from it; result files that a benchmark or study rewrites do not
-    count."""
+    count.
+
+    A copy of the code without its git directory (the working tree sent to an accelerator
+    machine) cannot tell its commit: it reports `$ELO_SOURCE_COMMIT`, which whoever made the
+    copy sets to the commit it was made from, or `unknown`."""
+    copied_from = os.environ.get("ELO_SOURCE_COMMIT", "unknown")
     run = dict(cwd=ROOT, capture_output=True, text=True)
     try:
         found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **run)
     except OSError:  # no git
-        return "unknown"
+        return copied_from
     if found.returncode != 0:  # not a git checkout
-        return "unknown"
+        return copied_from
     paths = [f":(glob){c}/**/*.py" for c in code]
     dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *paths], **run).returncode
     return found.stdout.strip() + ("-dirty" if dirty else "")

@@ -199,8 +199,11 @@ def pilot_decision(results: Path) -> dict[str, Any] | None:
 def run_pilot(args) -> None:
     results = Path(args.results_dir)
     for name, arm, lr, schedule in pilot_runs():
-        fields = settings.preset_overrides(arm, lr, schedule, settings.PILOT_STEPS)
-        train_one(f"pilot/{name}", arm, settings.PILOT_SEED, fields, True, args)
+        if args.only in (None, name):
+            fields = settings.preset_overrides(arm, lr, schedule, settings.PILOT_STEPS)
+            train_one(f"pilot/{name}", arm, settings.PILOT_SEED, fields, True, args)
+    if args.only is not None:  # one run for another machine; the decision is made here
+        return
     partial = pilot_decision(results / "pilot")
     if partial is None:
         log("pilot: stage 1 is not finished (another driver holds a run)")
@@ -269,7 +272,14 @@ def main() -> None:
     parser.add_argument("command", choices=("pilot", "train", "status"))
     parser.add_argument("--runs-dir", default=str(HERE / "runs"), help="run directories")
     parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
+    parser.add_argument(
+        "--only",
+        help="pilot: train this one stage-1 run (e.g. elo_celo2_lr1e-03_cpu_10_40) and stop",
+    )
     args = parser.parse_args()
+    known = [name for name, *_ in pilot_runs()]
+    if args.only is not None and (args.command != "pilot" or args.only not in known):
+        parser.error(f"--only takes a stage-1 pilot run with `pilot`, one of: {', '.join(known)}")
     if args.command == "status":
         status(args)
         return
