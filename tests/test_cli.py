@@ -585,6 +585,33 @@ def test_validation_on_several_tasks_scores_their_mean_and_keeps_the_best(tmp_pa
     assert again.score == pytest.approx(best["validation"]["per_task"][0]["score"], rel=1e-6)
 
 
+def test_a_check_cut_short_by_an_interruption_is_made_on_resume(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM during the check of step 2 saves step 2's checkpoint without the
+    check; the resumed run makes that check before training on, so no check is lost."""
+    import elo.cli._validator as validator_module
+
+    out = tmp_path / "run"
+    argv = ["meta-train", *TINY, "--steps", "4", "--out", str(out), "--no-progress"]
+    argv += ["--validate-every", "2", "--validate-steps", "3", "--checkpoint-every", "1"]
+    real_validate, calls = validator_module.validate, []
+
+    def interrupted_at_the_second_check(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_validate(*args, **kwargs)
+
+    monkeypatch.setattr(validator_module, "validate", interrupted_at_the_second_check)
+    assert main(argv) == 130
+    assert read_checkpoint(out / "checkpoint.eqx")[0]["step"] == 2
+    assert [r["step"] for r in _records(out) if "validation" in r] == [0]
+    monkeypatch.setattr(validator_module, "validate", real_validate)
+    assert main(argv) == 0
+    assert [r["step"] for r in _records(out) if "validation" in r] == [0, 2, 4]
+    assert main(argv) == 0  # a complete run with all its checks makes none again
+    assert [r["step"] for r in _records(out) if "validation" in r] == [0, 2, 4]
+
+
 @pytest.mark.parametrize("value", [",", "mlp-w32-d1_mnist-8x8x1,mlp-w32-d1_mnist-8x8x1"])
 def test_validation_task_list_errors_name_the_flag(tmp_path, value, capsys):
     argv = ["meta-train", *TINY, "--steps", "2", "--out", str(tmp_path / "r"), "--no-progress"]

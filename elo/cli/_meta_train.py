@@ -348,6 +348,15 @@ def _run(
                 file=sys.stderr,
             )
         repair_metrics(metrics_path, start)
+    validator = None
+    if validation is not None:
+        validator = Validator(out, *validation)
+        # A check due at the step the run starts from is made now when the metrics lack it:
+        # step 0 of a new run, or a check that an interruption cut short (the checkpoint of
+        # its step is saved on the way out, so the resumed loop would never come back to it).
+        due = start == 0 or validator.due(start, total)
+        if due and not any(r["step"] == start for r in read_validation(metrics_path)):
+            validator(state, start)
     if start >= total:
         print(
             f"{out}: the run is complete ({start} of {total} outer steps). To train on from its "
@@ -357,11 +366,6 @@ def _run(
     if start > 0:
         print(f"Resuming {out} from outer step {start} of {total}.", file=sys.stderr)
     timeout = args.step_timeout if args.distributed else None
-    validator = None
-    if validation is not None:
-        validator = Validator(out, *validation)
-        if start == 0 and not any(r["step"] == 0 for r in read_validation(metrics_path)):
-            validator(state, 0)
     return _loop(
         state,
         run_key,
