@@ -172,8 +172,15 @@ def pilot_decision(results: Path) -> dict[str, Any] | None:
     """The pilot's choices from its finished runs, or None while a run it needs is unfinished."""
 
     def score(name: str) -> float | None:
+        """A finished run's lowest check, counting checks recovered by `lost_check.py`."""
         path = results / name / "meta.json"
-        return common.load_json(path)["best_validation_score"] if path.is_file() else None
+        if not path.is_file():
+            return None
+        scores = [common.load_json(path)["best_validation_score"]]
+        recovered = results / name / "recovered_checks.json"
+        if recovered.is_file():
+            scores += [r["validation"]["score"] for r in common.load_json(recovered)]
+        return min(scores)
 
     decision: dict[str, Any] = {"learning_rate": {}, "scores": {}}
     for arm in ("pes_celo2", "elo_celo2"):

@@ -77,6 +77,16 @@ def test_the_pilot_decides_each_methods_rate_then_elos_schedule(tmp_path):
     json.dumps(decision)  # recordable
 
 
+def test_a_recovered_check_counts_in_the_pilot_decision(tmp_path):
+    for arm in ("pes_celo2", "elo_celo2"):
+        for lr in settings.PILOT_LEARNING_RATES:
+            _finished(tmp_path, study.run_name(arm, 0, lr, settings.DEFAULT_SCHEDULE, True), 0.5)
+    name = study.run_name("elo_celo2", 0, 1e-2, settings.DEFAULT_SCHEDULE, True)
+    assert study.pilot_decision(tmp_path)["learning_rate"]["elo_celo2"] == 1e-4  # all tied
+    common.write_json(tmp_path / name / "recovered_checks.json", [{"validation": {"score": 0.4}}])
+    assert study.pilot_decision(tmp_path)["learning_rate"]["elo_celo2"] == 1e-2
+
+
 def test_the_pilot_runs_the_largest_rates_first():
     runs = study.pilot_runs()
     assert [(arm, lr) for _, arm, lr, _ in runs[:2]] == [("pes_celo2", 1e-2), ("elo_celo2", 1e-2)]
