@@ -83,4 +83,9 @@ from .optimizers._optax import as_optax as as_optax
 from .optimizers._small_fc import SmallFC as SmallFC
 
 
-__version__ = importlib.metadata.version("elo")
+try:
+    __version__ = importlib.metadata.version("elo")
+except importlib.metadata.PackageNotFoundError:
+    # A source tree used without installing it (on PYTHONPATH, e.g. a copy sent to a GPU
+    # machine) has no package metadata; importing it must still work.
+    __version__ = "0+unknown"

@@ -6,7 +6,6 @@ import tempfile
 from pathlib import Path
 from typing import Literal, TypeAlias
 
-import datasets
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -302,6 +301,8 @@ def _resolve_files(
 
 def _read_table(path: Path) -> pa.Table:
     """Read a parquet file through HF `datasets`, in memory, with a throw-away cache dir."""
+    import datasets  # here, not at the top: it is a third of `import elo`'s time
+
     # Progress bars are silenced for the read only (a task build should not print), and the
     # caller's setting is restored.
     bars_were_disabled = datasets.are_progress_bars_disabled()

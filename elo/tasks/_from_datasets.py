@@ -3,7 +3,6 @@
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import datasets
 import jax.numpy as jnp
 import numpy as np
 
@@ -13,6 +12,8 @@ from ._model_task import SPLITS
 
 
 def _columns(split: Any, where: str, columns: Sequence[str] | None) -> dict[str, np.ndarray]:
+    import datasets  # here, not at the top: it is a third of `import elo`'s time
+
     if not isinstance(split, datasets.Dataset):
         raise ValueError(f"{where} must be a datasets.Dataset, got {type(split).__name__}.")
     names = list(split.column_names if columns is None else columns)
@@ -113,6 +114,8 @@ def _images(array: np.ndarray, where: str) -> np.ndarray:
 
 
 def _class_count(dataset: Mapping[str, Any], label_column: str) -> int | None:
+    import datasets
+
     feature = dataset["train"].features.get(label_column)
     return len(feature.names) if isinstance(feature, datasets.ClassLabel) else None
 
