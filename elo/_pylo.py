@@ -99,10 +99,10 @@ def _model_config(cls: type, hidden: int) -> dict[str, Any]:
 
 
 def _pylo_configs(
-    lo: AbstractLearnedOptimizer,
+    lo: SmallFC | Celo2,
 ) -> tuple[str, dict[str, Any], str, dict[str, Any]]:
     """(PyLO model class, its constructor kwargs, PyLO optimizer class, its constructor kwargs)."""
-    hidden = int(lo.b0.shape[0])  # pyright: ignore
+    hidden = int(lo.b0.shape[0])
     model = _model_config(type(lo), hidden)
     if isinstance(lo, SmallFC):
         optimizer = {
@@ -118,7 +118,6 @@ def _pylo_configs(
             "clip_norm": lo.clip_norm,
         }
         return "MetaMLP", model, "ELO_naive", optimizer
-    assert isinstance(lo, Celo2)
     optimizer = {
         "lr": lo.peak_lr,
         "weight_decay": lo.weight_decay,
@@ -201,7 +200,8 @@ def export_pylo(path: str | os.PathLike, lo: AbstractLearnedOptimizer) -> Path:
         #   opt = ELO_naive(model.parameters(), network=net, hf_key=None, **config)
         ```
     """
-    tensors = pylo_state_dict(lo)
+    tensors = pylo_state_dict(lo)  # refuses any other class than these two
+    assert isinstance(lo, (SmallFC, Celo2))
     pylo_model, model, pylo_optimizer, optimizer = _pylo_configs(lo)
     metadata = {
         "format": "pylo",
@@ -213,9 +213,9 @@ def export_pylo(path: str | os.PathLike, lo: AbstractLearnedOptimizer) -> Path:
         "model_config": json.dumps(model),
         "pylo_optimizer": pylo_optimizer,
         "optimizer_config": json.dumps(optimizer),
-        "momentum_decays": json.dumps(list(lo.momentum_decays)),  # pyright: ignore
-        "rms_decays": json.dumps(list(lo.rms_decays)),  # pyright: ignore
-        "adafactor_decays": json.dumps(list(lo.adafactor_decays)),  # pyright: ignore
+        "momentum_decays": json.dumps(list(lo.momentum_decays)),
+        "rms_decays": json.dumps(list(lo.rms_decays)),
+        "adafactor_decays": json.dumps(list(lo.adafactor_decays)),
     }
     path = Path(path)
     if path.suffix == ".safetensors":
