@@ -1,0 +1,248 @@
+"""Shipping the headline study's Celo2 optimizer (ship.py) from synthetic results: the rule's
+run is chosen, its weights ship unchanged, missing runs refuse (or ship labelled), and the
+summary says plainly whether it beats tuned AdamW."""
+
+import json
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import numpy as np
+import pytest
+
+import elo
+from studies import common
+from studies.celo2_headline import report, settings, ship, study
+
+
+KEYS = report.keys()
+RUNS = ship.study_runs()
+ADAMW = 1.0
+LR = 0.01
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory) -> dict[tuple[str, int], Path]:
+    """A distinct real Celo2 file per run, so that a copy of the wrong one is told apart."""
+    folder = tmp_path_factory.mktemp("weights")
+    out = {}
+    for i, run in enumerate(RUNS):
+        out[run] = folder / f"{i}.eqx"
+        elo.save_optimizer(out[run], elo.Celo2(key=jax.random.key(i)))
+    return out
+
+
+def _config() -> dict:
+    return {"tasks": ["a", "b", "c"], "num_particles": 8, "truncation_length": 50}
+
+
+def _meta(arm: str, seed: int, score: float) -> dict:
+    fields = settings.preset_overrides(arm, LR, settings.DEFAULT_SCHEDULE, settings.META_STEPS)
+    return {
+        "name": f"main/{arm}/s{seed}",
+        "arm": arm,
+        "seed": seed,
+        "overrides": fields,
+        "config": _config(),
+        "outer_steps": settings.META_STEPS,
+        "seconds_meta_steps": 100.0,
+        "best_validation_step": 7000,
+        "best_validation_score": score,
+    }
+
+
+def _segment(commit: str, start: int, end: int, source: str | None = None) -> dict:
+    segment = {
+        "environment": {"commit": commit, "jax": "0", "platform": "cpu"},
+        "from_step": start,
+        "to_step": end,
+        "seconds": 1.0,
+        "exit_code": 0,
+    }
+    return segment | ({"source_commit": source} if source else {})
+
+
+def _cells(value) -> dict:
+    """summary.json's cells: tuned AdamW 1.0 and Muon 0.5 everywhere; every Celo2 arm's seed s
+    at `value(key)` (tuned multiplier 2.0, default step 1.5 × that)."""
+    cells = {}
+    for key in KEYS:
+        v = value(key)
+        entry = {
+            "n": 3,
+            "per_seed": {str(s): v for s in settings.MAIN_SEEDS},
+            "multiplier": {str(s): 2.0 for s in settings.MAIN_SEEDS},
+            "diverged": 0,
+            "default_per_seed": {str(s): 1.5 * v for s in settings.MAIN_SEEDS},
+            "default_diverged": 0,
+        }
+        cells[key] = {
+            "adamw": {"value": ADAMW, "lr": 3e-3, "diverged": False},
+            "muon": {"value": 0.5, "lr": 3e-2, "diverged": False},
+            "arms": {arm: {"best": entry} for arm in ship.CELO2_ARMS},
+        }
+    return cells
+
+
+def _tree(root: Path, weights, scores=None, value=lambda key: 0.9, segments=None) -> Path:
+    """A results directory with the six Celo2 main runs and summary.json; `scores[run]` is a
+    run's best_validation_score (default: 1.0 + its index / 10)."""
+    scores = scores or {run: 1.0 + i / 10 for i, run in enumerate(RUNS)}
+    for run in RUNS:
+        folder = ship.run_results(root, *run)
+        common.write_json(folder / "meta.json", _meta(*run, scores[run]))
+        common.write_json(folder / "segments.json", segments or [_segment("abc1234", 0, 10000)])
+        shutil.copyfile(weights[run], folder / "best_optimizer.eqx")
+    common.write_json(root / "summary.json", {"status": "complete", "cells": _cells(value)})
+    return root
+
+
+def test_the_lowest_score_ships_byte_for_byte_with_its_provenance(tmp_path, weights):
+    scores = {run: 1.0 for run in RUNS} | {("elo_celo2", 1): 0.7, ("pes_celo2", 0): 0.8}
+    results = _tree(tmp_path / "results", weights, scores)
+    record = ship.ship(results, "celo2_8x8", tmp_path / "out")
+    assert (record["arm"], record["seed"]) == ("elo_celo2", 1)
+    shipped = (tmp_path / "out" / "celo2_8x8.eqx").read_bytes()
+    assert shipped == weights[("elo_celo2", 1)].read_bytes()
+    assert shipped != weights[("pes_celo2", 0)].read_bytes()
+    a = jax.tree.leaves(
+        eqx.filter(elo.load_optimizer(tmp_path / "out" / "celo2_8x8.eqx"), eqx.is_array)
+    )
+    b = jax.tree.leaves(eqx.filter(elo.load_optimizer(weights[("elo_celo2", 1)]), eqx.is_array))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert json.loads((tmp_path / "out" / "celo2_8x8.json").read_text()) == record
+    # What tests/test_pretrained.py checks of every shipped record.
+    for field in ("summary", "command", "config", "budget", "selection", "evaluation"):
+        assert field in record
+    selection = record["selection"]
+    assert "validation" in selection["rule"]
+    assert selection["score"] == 0.7 and selection["checkpoint_step"] == 7000
+    assert selection["candidates"]["pes_celo2/s0"] == 0.8 and len(selection["candidates"]) == 6
+    assert (selection["finished_runs"], selection["study_runs"]) == (6, 6)
+    assert selection["missing_runs"] == []
+    # 10,000 outer steps × 3 tasks × 8 particles × 2 signs × 50 inner steps
+    assert record["budget"]["inner_steps"] == 24_000_000
+    assert record["budget"]["checkpoint_inner_steps"] == 7000 * 2400
+
+
+def test_the_command_is_the_one_study_py_runs(tmp_path, weights):
+    results = _tree(tmp_path / "results", weights, {run: 1.0 for run in RUNS})
+    record = ship.ship(results, "x", tmp_path / "out")
+    assert (record["arm"], record["seed"]) == ("pes_celo2", 0)
+    words = shlex.split(record["command"])
+    assert words[:2] == ["elo", "meta-train"]
+    fields = _meta("pes_celo2", 0, 1.0)["overrides"]
+    out = Path("studies/celo2_headline/runs/main/pes_celo2/s0")
+    assert words[1:] == study.meta_train_argv("pes_celo2", 0, out, fields, pilot=False)[3:]
+    assert "meta_learning_rate=0.01" in words and words[words.index("--seed") + 1] == "0"
+
+
+@pytest.mark.parametrize(
+    "lowest, chosen",
+    [
+        ((("pes_celo2", 2), ("elo_celo2", 0)), ("pes_celo2", 2)),  # arm order of settings.ARMS
+        ((("elo_celo2", 2), ("elo_celo2", 1)), ("elo_celo2", 1)),  # then seed
+    ],
+)
+def test_ties_go_to_the_earlier_run(tmp_path, weights, lowest, chosen):
+    scores = {run: 1.0 for run in RUNS} | {run: 0.5 for run in lowest}
+    record = ship.ship(_tree(tmp_path / "results", weights, scores), "x", tmp_path / "out")
+    assert (record["arm"], record["seed"]) == chosen
+    assert (tmp_path / "out" / "x.eqx").read_bytes() == weights[chosen].read_bytes()
+
+
+def test_a_missing_run_or_report_refuses_and_allow_partial_ships_labelled(tmp_path, weights):
+    scores = {run: 1.0 for run in RUNS} | {("elo_celo2", 2): 0.1, ("pes_celo2", 1): 0.5}
+    results = _tree(tmp_path / "results", weights, scores)
+    (ship.run_results(results, "elo_celo2", 2) / "meta.json").unlink()
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match="main/elo_celo2/s2.*study train"):
+        ship.ship(results, "x", out)
+    assert not out.exists()
+    record = ship.ship(results, "x", out, allow_partial=True)
+    # The best run is missing: the best of the finished ones ships, and says so.
+    assert (record["arm"], record["seed"]) == ("pes_celo2", 1)
+    selection = record["selection"]
+    assert (selection["finished_runs"], selection["study_runs"]) == (5, 6)
+    assert selection["missing_runs"] == ["elo_celo2/s2"] and len(selection["candidates"]) == 5
+    assert "--allow-partial" in record["summary"] and "5 of 6" in record["summary"]
+    (results / "summary.json").unlink()
+    (ship.run_results(results, "elo_celo2", 2) / "meta.json").write_text(
+        json.dumps(_meta("elo_celo2", 2, 0.1))
+    )
+    with pytest.raises(SystemExit, match="summary.json.*celo2_headline.report"):
+        ship.ship(results, "x", out)
+
+
+def test_the_summary_says_plainly_whether_it_beats_tuned_adamw(tmp_path, weights):
+    def shipped(wins: int) -> dict:
+        below = set(KEYS[:wins])
+        results = _tree(
+            tmp_path / f"r{wins}", weights, value=lambda k: ADAMW if k in below else 1.2
+        )
+        return ship.ship(results, "x", tmp_path / f"out{wins}")
+
+    three = shipped(3)["summary"]
+    assert three.endswith("It does not beat tuned AdamW: at or below it on 3 of 14 held-out cells.")
+    assert "does not beat" in shipped(7)["summary"]  # 7 of 14 is not a majority
+    eight = shipped(8)  # a tie with AdamW counts as at or below, as H1 does
+    assert eight["summary"].endswith(
+        "It beats tuned AdamW: at or below it on 8 of 14 held-out cells."
+    )
+
+
+def test_the_evaluation_table_reads_the_seed_and_leaves_what_is_missing_null(tmp_path, weights):
+    scores = {run: 1.0 for run in RUNS} | {("elo_celo2", 1): 0.5}
+    results = _tree(tmp_path / "results", weights, scores)
+    summary = common.load_json(results / "summary.json")
+    cells = summary["cells"]
+    cells[KEYS[0]]["arms"]["elo_celo2"]["best"]["per_seed"]["1"] = 0.8
+    cells[KEYS[1]]["adamw"] = None
+    cells[KEYS[2]]["arms"]["elo_celo2"]["best"]["diverged"] = 1  # which seed: its result says
+    path = results / "evaluation" / "runs" / "elo_celo2" / "s1" / "best" / f"{KEYS[2]}.json"
+    common.write_json(path, {"diverged": True, "default_diverged": False})
+    cells[KEYS[3]]["arms"]["elo_celo2"]["best"]["diverged"] = 1  # no result: unknown
+    del cells[KEYS[4]]
+    common.write_json(results / "summary.json", summary)
+    table = ship.ship(results, "x", tmp_path / "out")["evaluation"]
+    assert list(table) == KEYS
+    first = table[KEYS[0]]
+    assert first["test_loss"] == 0.8 and first["multiplier"] == 2.0
+    assert first["default_test_loss"] == pytest.approx(1.35)  # seed 1's, not the one edited
+    assert first["ratio_adamw"] == pytest.approx(0.8) and first["ratio_muon"] == pytest.approx(1.6)
+    assert (first["adamw"], first["muon"], first["diverged"]) == (ADAMW, 0.5, False)
+    assert table[KEYS[1]]["adamw"] is None and table[KEYS[1]]["ratio_adamw"] is None
+    assert table[KEYS[1]]["ratio_muon"] == pytest.approx(1.8)
+    assert table[KEYS[2]]["diverged"] is True and table[KEYS[2]]["default_diverged"] is False
+    assert table[KEYS[3]]["diverged"] is None
+    assert all(v is None for v in table[KEYS[4]].values())
+
+
+def test_source_commit_names_the_code_and_only_segments_up_to_the_checkpoint_trained_it(
+    tmp_path, weights
+):
+    segments = [
+        _segment("aaaaaaa", 0, 4000),
+        _segment("718d1cd-dirty", 4000, 8000, source="d5cd94a"),  # a copy with a stale .git
+        _segment("bbbbbbb", 8000, 10000),  # after the checkpoint of step 7000
+    ]
+    results = _tree(tmp_path / "results", weights, segments=segments)
+    record = ship.ship(results, "x", tmp_path / "out")
+    assert record["commits"]["trained"] == ["aaaaaaa", "d5cd94a"]
+    assert record["commits"]["run"] == ["aaaaaaa", "d5cd94a", "bbbbbbb"]
+    assert record["segments"][1]["commit"] == "d5cd94a"
+    assert record["environment"]["commit"] == "d5cd94a"  # the code's, not the stale .git's
+    assert record["segments"][1]["environment"]["commit"] == "718d1cd-dirty"  # as recorded
+    assert isinstance(record["commits"]["shipped"], str) and record["commits"]["shipped"]
+
+
+def test_the_cli_writes_under_the_results_directory_by_default(tmp_path, weights, monkeypatch):
+    results = _tree(tmp_path / "results", weights)
+    argv = ["ship", "--results-dir", str(results), "--name", "celo2_8x8"]
+    monkeypatch.setattr(sys, "argv", argv)
+    ship.main()
+    assert (results / "shipped" / "celo2_8x8.eqx").is_file()
+    assert (results / "shipped" / "celo2_8x8.json").is_file()
