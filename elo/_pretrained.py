@@ -44,7 +44,8 @@ def available_pretrained() -> dict[str, dict[str, Any]]:
     **Returns:**
 
     `{name: provenance}`, where `provenance` is the JSON record shipped with the weights
-    (keys include `summary`, `command`, `commit`, `config`, `selection` and `evaluation`).
+    (keys include `summary`, `command`, `run_commit`, `shipped_at_commit`, `config`, `selection`
+    and `evaluation`).
     """
     out = {}
     for entry in sorted(_directory().iterdir(), key=lambda p: p.name):

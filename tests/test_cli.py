@@ -585,9 +585,11 @@ def test_validation_on_several_tasks_scores_their_mean_and_keeps_the_best(tmp_pa
     assert again.score == pytest.approx(best["validation"]["per_task"][0]["score"], rel=1e-6)
 
 
-def test_a_check_cut_short_by_an_interruption_is_made_on_resume(tmp_path, monkeypatch):
-    """Ctrl-C or SIGTERM during the check of step 2 saves step 2's checkpoint without the
-    check; the resumed run makes that check before training on, so no check is lost."""
+@pytest.mark.parametrize("cut_short", [2, 3])  # the checks of steps 2 and 4 (= the last)
+def test_a_check_cut_short_by_an_interruption_is_made_on_resume(tmp_path, monkeypatch, cut_short):
+    """Ctrl-C or SIGTERM during a check saves its step's checkpoint without the check; the
+    resumed run makes that check before training on (or, at the last step, before saying the
+    run is complete), so no check is lost and best_optimizer.eqx is the best check's."""
     import elo.cli._validator as validator_module
 
     out = tmp_path / "run"
@@ -595,21 +597,29 @@ def test_a_check_cut_short_by_an_interruption_is_made_on_resume(tmp_path, monkey
     argv += ["--validate-every", "2", "--validate-steps", "3", "--checkpoint-every", "1"]
     real_validate, calls = validator_module.validate, []
 
-    def interrupted_at_the_second_check(*args, **kwargs):
+    def interrupted(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 2:
+        if len(calls) == cut_short:
             raise KeyboardInterrupt
         return real_validate(*args, **kwargs)
 
-    monkeypatch.setattr(validator_module, "validate", interrupted_at_the_second_check)
+    monkeypatch.setattr(validator_module, "validate", interrupted)
     assert main(argv) == 130
-    assert read_checkpoint(out / "checkpoint.eqx")[0]["step"] == 2
-    assert [r["step"] for r in _records(out) if "validation" in r] == [0]
+    step = 2 * (cut_short - 1)
+    assert read_checkpoint(out / "checkpoint.eqx")[0]["step"] == step
+    made = [r["step"] for r in _records(out) if "validation" in r]
+    assert made == list(range(0, step, 2))
     monkeypatch.setattr(validator_module, "validate", real_validate)
     assert main(argv) == 0
-    assert [r["step"] for r in _records(out) if "validation" in r] == [0, 2, 4]
+    checks = [r for r in _records(out) if "validation" in r]
+    assert [r["step"] for r in checks] == [0, 2, 4]
     assert main(argv) == 0  # a complete run with all its checks makes none again
     assert [r["step"] for r in _records(out) if "validation" in r] == [0, 2, 4]
+    best = min(checks, key=lambda r: (r["validation"]["score"], r["step"]))
+    task = "mlp-w32-d1_mnist-8x8x1"  # the run's only task, which its checks validate on
+    assert f"tasks={task}" in TINY
+    again = elo.validate(load_optimizer(out / "best_optimizer.eqx"), task, num_steps=3)
+    assert again.score == pytest.approx(best["validation"]["score"], rel=1e-6)
 
 
 @pytest.mark.parametrize("value", [",", "mlp-w32-d1_mnist-8x8x1,mlp-w32-d1_mnist-8x8x1"])

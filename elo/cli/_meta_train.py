@@ -348,14 +348,18 @@ def _run(
                 file=sys.stderr,
             )
         repair_metrics(metrics_path, start)
+    if 0 < start < total:
+        print(f"Resuming {out} from outer step {start} of {total}.", file=sys.stderr)
     validator = None
     if validation is not None:
         validator = Validator(out, *validation)
         # A check due at the step the run starts from is made now when the metrics lack it:
         # step 0 of a new run, or a check that an interruption cut short (the checkpoint of
         # its step is saved on the way out, so the resumed loop would never come back to it).
-        due = start == 0 or validator.due(start, total)
-        if due and not any(r["step"] == start for r in read_validation(metrics_path)):
+        checked = any(r["step"] == start for r in read_validation(metrics_path))
+        if validator.due(start, total) and not checked:
+            if start > 0:
+                print(f"Making outer step {start}'s check, which was cut short.", file=sys.stderr)
             validator(state, start)
     if start >= total:
         print(
@@ -363,8 +367,6 @@ def _run(
             f"learned optimizer, start a new run with --init-from {out}."
         )
         return 0
-    if start > 0:
-        print(f"Resuming {out} from outer step {start} of {total}.", file=sys.stderr)
     timeout = args.step_timeout if args.distributed else None
     return _loop(
         state,

@@ -6,14 +6,17 @@
 The decision rule (`decision_rule.md`) fixes what ships: over the selected checkpoints of the
 six Celo2 main runs (both Celo2 arms × settings.MAIN_SEEDS), the lowest selection score
 (validation only), whatever the verdict. Its `best_optimizer.eqx` is copied to OUT/<name>.eqx and
-OUT/<name>.json records its provenance: the `elo meta-train` command and the commits that trained
-it, the machine, the configuration and budget, the selection with every candidate's score, and
-its held-out evaluation table from RESULTS/summary.json (`report.py`), whose summary says plainly
-whether it beats tuned AdamW.
+OUT/<name>.json records its provenance: the `elo meta-train` command as the run recorded it and
+the commits that trained it (with the top-level `study_commit`, `run_commit` and
+`shipped_at_commit` of the other shipped records), the machine, the configuration and budget, the
+selection with every candidate's score, and its held-out evaluation table from
+RESULTS/summary.json (`report.py`), whose summary says plainly whether it beats tuned AdamW.
 
-It refuses to ship before all six runs are summarised and the report exists; `--allow-partial`
-ships from the finished runs only, labelled as such in the summary and in `selection`
-(`finished_runs` of `study_runs`). It never writes into the package unless `--out-dir` says so.
+It refuses to ship before all six runs are summarised, the report is complete and it has the
+shipped seed's result and tuned AdamW's on every held-out cell. `--allow-partial` ships from what
+exists instead, labelled as such in the summary and in `selection` (`partial`, `missing`), the
+AdamW verdict "pending" while the missing cells could still decide it. It never writes into the
+package unless `--out-dir` says so.
 """
 
 import argparse
@@ -28,14 +31,20 @@ from studies.celo2_headline import report, settings, study
 
 HERE = Path(__file__).parent
 CELO2_ARMS = tuple(arm for arm in settings.ARMS if "celo2" in arm)
-# The rule's own words (decision_rule.md, "The shipped Celo2 optimizer").
+# The rule as ship.py applies it: decision_rule.md's "The shipped Celo2 optimizer" with the
+# selection score spelled out from settings.py. The rule states no tie-break; the one here is
+# ship.py's addition, the same as study.choose's (the earlier candidate listed).
 RULE = (
     "over the selected checkpoints of the six Celo2 main runs, the lowest selection score "
     "(validation only): the mean over settings.SELECTION_TASKS of elo.validate's normalised "
     f"score on their validation splits, the learned optimizer alone, {settings.VALIDATE_STEPS} "
-    "steps at parameter scales 0.1, 1 and 10; ties go to the earlier run in arm order "
-    f"({', '.join(CELO2_ARMS)}), then seed"
+    "steps at parameter scales 0.1, 1 and 10; ties (not in decision_rule.md: ship.py's "
+    f"addition, as study.choose) go to the earlier run in arm order ({', '.join(CELO2_ARMS)}), "
+    "then seed"
 )
+# H1's bar, which the shipped optimizer's summary applies to its own seed.
+NEEDED = report.H1_CELLS
+EVALUATE = "python -m studies.celo2_headline.evaluate"
 
 
 def study_runs() -> list[tuple[str, int]]:
@@ -61,20 +70,82 @@ def run_label(run: tuple[str, int]) -> str:
     return f"{run[0]}/s{run[1]}"
 
 
-def refusal(results: Path, missing: list[tuple[str, int]], has_summary: bool) -> str | None:
-    """The one-line reason not to ship, naming what is missing and the command that makes it;
-    None when everything the rule needs is there."""
+def load_optional(path: Path) -> dict[str, Any] | None:
+    """A JSON file's contents, None when it does not exist."""
+    return common.load_json(path) if path.is_file() else None
+
+
+def report_status(summary: dict[str, Any] | None) -> str:
+    """The report's status line (`report.status_line`), or `no summary.json`."""
+    return "no summary.json" if summary is None else summary.get("status", "no status")
+
+
+def report_complete(summary: dict[str, Any] | None) -> bool:
+    """Whether the report exists and says every expected result was present."""
+    if summary is None:
+        return False
+    present, expected = summary.get("present"), summary.get("expected")
+    return report_status(summary).startswith("complete") and present == expected
+
+
+def _has_seed(row: dict[str, Any], arm: str, seed: int) -> bool:
+    # A non-finite result is in `per_seed` as null: evaluated, so it counts as present.
+    return str(seed) in row.get("arms", {}).get(arm, {}).get("best", {}).get("per_seed", {})
+
+
+def lacking_cells(summary: dict[str, Any], arm: str, seed: int) -> dict[str, list[str]]:
+    """The held-out cells (`report.keys()`) on which `summary` lacks the run's result
+    (`seed`) and those on which it lacks tuned AdamW's (`adamw`)."""
+    cells = summary.get("cells", {})
+    rows = {key: cells.get(key) or {} for key in report.keys()}
+    return {
+        "seed": [key for key, row in rows.items() if not _has_seed(row, arm, seed)],
+        "adamw": [key for key, row in rows.items() if row.get("adamw") is None],
+    }
+
+
+def _runs_part(results: Path, missing: list[tuple[str, int]]) -> str:
+    names = ", ".join(f"main/{run_label(r)}" for r in missing)
+    command = f"python -m studies.celo2_headline.study train --results-dir {results}"
+    return f"Celo2 main runs not summarised under {results}: {names} (`{command}`)"
+
+
+def _report_part(results: Path, summary: dict[str, Any] | None) -> str:
+    command = f"python -m studies.celo2_headline.report --results-dir {results}"
+    path = results / "summary.json"
+    state = f"no {path}" if summary is None else f"{path} is {report_status(summary)}"
+    return f"{state} (`{EVALUATE} baselines|runs`, then `{command}`)"
+
+
+def _cells_parts(run: tuple[str, int], lacking: dict[str, list[str]]) -> list[str]:
     parts = []
-    if missing:
-        names = ", ".join(f"main/{run_label(r)}" for r in missing)
-        command = f"python -m studies.celo2_headline.study train --results-dir {results}"
-        parts.append(f"Celo2 main runs not summarised under {results}: {names} (`{command}`)")
-    if not has_summary:
-        evaluate = "python -m studies.celo2_headline.evaluate baselines|runs"
-        command = f"python -m studies.celo2_headline.report --results-dir {results}"
-        parts.append(f"no {results / 'summary.json'} (`{evaluate}`, then `{command}`)")
-    if not parts:
-        return None
+    if lacking["seed"]:
+        parts.append(
+            f"held-out cells without main/{run_label(run)}'s result: "
+            f"{', '.join(lacking['seed'])} (`{EVALUATE} runs`)"
+        )
+    if lacking["adamw"]:
+        parts.append(
+            f"held-out cells without tuned AdamW's result: {', '.join(lacking['adamw'])} "
+            f"(`{EVALUATE} baselines`)"
+        )
+    return parts
+
+
+def missing_inputs(results, missing, summary, run, lacking) -> list[str]:
+    """What the rule needs and `results` lacks, each with the command that makes it: Celo2
+    main runs (`missing`), a complete report (`summary`, None when absent), and the shipped
+    `run`'s result and tuned AdamW's on every held-out cell (`lacking_cells`); [] when none."""
+    parts = [_runs_part(results, missing)] if missing else []
+    if not report_complete(summary):
+        parts.append(_report_part(results, summary))
+    if summary is not None and run is not None:
+        parts += _cells_parts(run, lacking)
+    return parts
+
+
+def refusal(parts: list[str]) -> str:
+    """The one-line reason not to ship, naming everything missing (`missing_inputs`)."""
     return "Not shipping: " + "; ".join(parts) + "; or pass --allow-partial."
 
 
@@ -84,14 +155,65 @@ def choose_run(metas: dict[tuple[str, int], dict[str, Any]]) -> tuple[str, int]:
     return study.choose({run: meta["best_validation_score"] for run, meta in metas.items()})
 
 
-def command(meta: dict[str, Any]) -> str:
-    """The `elo meta-train` command of a main run, as `study.py` ran it (in the study's default
-    runs directory)."""
+def _current_settings(arm: str) -> dict[str, Any]:
+    """The command's settings as settings.py has them now."""
+    return {
+        "preset": settings.ARMS[arm].preset,
+        "checkpoint_every": settings.CHECKPOINT_EVERY,
+        "check_every": settings.CHECK_EVERY,
+        "validate_steps": settings.VALIDATE_STEPS,
+        "selection_tasks": list(settings.SELECTION_TASKS),
+    }
+
+
+def recorded_settings(study_settings: dict[str, Any] | None, meta: dict[str, Any]):
+    """The settings of a main run's command beyond its `meta.json` config and overrides, and
+    where each was read: the run's `meta.json` if it records it, else RESULTS/settings.json
+    (`study_settings`: written with the study's first run; `study.check_settings` makes every
+    later run match it), else the current settings.py."""
+    recorded = dict((study_settings or {}).get("settings", {}))
+    arm = recorded.get("arms", {}).get(meta["arm"], {})
+    if "preset" in arm:
+        recorded["preset"] = arm["preset"]
+    layers = (("meta.json", meta), ("settings.json", recorded))
+    values, sources = {}, {}
+    for key, current in _current_settings(meta["arm"]).items():
+        found = [(name, layer[key]) for name, layer in layers if key in layer]
+        sources[key], values[key] = found[0] if found else ("settings.py", current)
+    return values, sources
+
+
+def command(meta: dict[str, Any], values: dict[str, Any]) -> str:
+    """The `elo meta-train` command of a main run (in the study's default runs directory):
+    `study.py`'s, with the outer steps, seed and overrides the run recorded (`meta.json`) and
+    the other settings from `recorded_settings`."""
     root = HERE.resolve().parents[1]
     out = (HERE.resolve() / "runs").relative_to(root) / meta["name"]
-    argv = study.meta_train_argv(meta["arm"], meta["seed"], out, meta["overrides"], pilot=False)
+    steps = meta["config"].get("num_outer_steps", meta["overrides"].get("num_outer_steps"))
+    fields = meta["overrides"] | {"num_outer_steps": steps}
+    argv = study.meta_train_argv(meta["arm"], meta["seed"], out, fields, pilot=False)[3:]
+    flags = {
+        "--preset": values["preset"],
+        "--checkpoint-every": values["checkpoint_every"],
+        "--validate-every": values["check_every"],
+        "--validate-steps": values["validate_steps"],
+        "--validate-task": ",".join(values["selection_tasks"]),
+    }
+    for flag, value in flags.items():
+        argv[argv.index(flag) + 1] = str(value)
     # `python -m elo.cli` is the `elo` entry point, run with the study's interpreter.
-    return shlex.join(["elo", *argv[3:]])
+    return shlex.join(["elo", *argv])
+
+
+def command_note(sources: dict[str, str]) -> str | None:
+    """What the command took from the current settings.py, not from a record; None if nothing."""
+    guessed = [key for key, source in sources.items() if source == "settings.py"]
+    if not guessed:
+        return None
+    return (
+        f"{', '.join(guessed)}: recorded neither in the run's meta.json nor in "
+        "RESULTS/settings.json; taken from the current settings.py"
+    )
 
 
 def segment_commit(segment: dict[str, Any]) -> str:
@@ -109,6 +231,32 @@ def training_segments(segments: list[dict[str, Any]], step: int) -> list[dict[st
     """The segments that made the checkpoint of outer step `step`: those that started before it
     (the first segment alone for step 0, the initial optimizer)."""
     return [s for s in segments if s["from_step"] < max(step, 1)]
+
+
+def segment_gaps(segments: list[dict[str, Any]], outer_steps: int) -> list[str]:
+    """The outer steps `segments` leaves unaccounted for, in words: [] when they begin at step
+    0, each begins at or before the previous one's end, and the last ends at `outer_steps`."""
+    gaps, reached = [], 0
+    for segment in segments:
+        if segment["from_step"] > reached:
+            gaps.append(f"steps {reached}–{segment['from_step']}")
+        reached = segment["to_step"]
+    if reached < outer_steps:
+        gaps.append(f"steps {reached}–{outer_steps}")
+    elif reached > outer_steps:
+        gaps.append(f"the last segment ends at step {reached}, the run has {outer_steps}")
+    return gaps
+
+
+def covered_steps(segments: list[dict[str, Any]]) -> str:
+    """The outer steps the segments span, as `a–b` ranges (overlaps merged)."""
+    spans: list[list[int]] = []
+    for segment in sorted(segments, key=lambda s: s["from_step"]):
+        if spans and segment["from_step"] <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], segment["to_step"])
+        else:
+            spans.append([segment["from_step"], segment["to_step"]])
+    return " and ".join(f"{a}–{b}" for a, b in spans) or "none"
 
 
 def budget(meta: dict[str, Any]) -> dict[str, Any]:
@@ -194,76 +342,122 @@ def evaluation_table(root: Path, summary: dict[str, Any], arm: str, seed: int):
     return {key: cell_row(root, cells.get(key), arm, seed, key) for key in report.keys()}
 
 
-def adamw_sentence(table: dict[str, dict[str, Any]]) -> str:
-    """Whether the shipped optimizer beats tuned AdamW, in words: at or below it on a majority
-    of all the protocol's cells (8 of 14, H1's count), counted where both values exist."""
-    both = [r for r in table.values() if r["test_loss"] is not None and r["adamw"] is not None]
-    wins = sum(r["test_loss"] <= r["adamw"] for r in both)
-    of = f"{len(both)} held-out cells" + ("" if len(both) == len(table) else f" (of {len(table)})")
-    if not both:
-        return "No held-out cell has its value and tuned AdamW's: it does not beat tuned AdamW."
-    if 2 * wins > len(table):
-        return f"It beats tuned AdamW: at or below it on {wins} of {of}."
-    return f"It does not beat tuned AdamW: at or below it on {wins} of {of}."
+def _at_or_below(row: dict[str, Any]) -> bool:
+    # A non-finite value (None here) is never at or below anything, as in report.py.
+    return None not in (row["test_loss"], row["adamw"]) and row["test_loss"] <= row["adamw"]
 
 
-def summary_text(meta, budget: dict[str, Any], table, finished: int, partial: bool) -> str:
-    """The record's summary: what was shipped, how it was chosen, whether it beats AdamW."""
+def adamw_sentence(table: dict[str, dict[str, Any]], evaluated: list[str]) -> str:
+    """Whether the shipped optimizer beats tuned AdamW, in words: at or below it on NEEDED of
+    all the protocol's cells (8 of 14, H1's bar), counted over the `evaluated` cells (those with
+    both results); "pending" while the cells not yet evaluated could still decide it."""
+    wins = sum(_at_or_below(table[key]) for key in evaluated)
+    total, done = len(table), len(evaluated)
+    if wins < NEEDED <= wins + total - done:
+        return (
+            f"Whether it beats tuned AdamW is pending: at or below it on {wins} of {done} "
+            f"evaluated cells ({NEEDED} of {total} needed)."
+        )
+    of = f"{done} held-out cells" + ("" if done == total else f" (of {total})")
+    verdict = "It beats tuned AdamW" if wins >= NEEDED else "It does not beat tuned AdamW"
+    return f"{verdict}: at or below it on {wins} of {of}."
+
+
+def partial_text(finished: int, summary: dict[str, Any] | None, evaluated: int) -> str:
+    """The summary's label of a ship before the study ended: what existed."""
+    report_state = (
+        "there was no report (summary.json)"
+        if summary is None
+        else f"the report was {report_status(summary)}"
+    )
+    return (
+        f"Shipped with --allow-partial before the study ended: {finished} of "
+        f"{len(study_runs())} Celo2 main runs were finished, {report_state}, and "
+        f"{evaluated} of {len(report.keys())} held-out cells had its result and tuned AdamW's."
+    )
+
+
+def summary_text(meta, spent: dict[str, Any], verdict: str, finished: int, caveats) -> str:
+    """The record's summary: what was shipped, how it was chosen, whether it beats AdamW
+    (`verdict`), then `caveats` (a partial ship, unknown training commits)."""
     arm = meta["arm"]
     tasks = ", ".join(meta["config"]["tasks"])
-    label = f"from the {finished} finished" if partial else "over the six"
+    runs = "over the six" if finished == len(study_runs()) else f"from the {finished} finished"
     text = (
         f"Celo2 meta-trained by the '{arm}' arm ({settings.ARMS[arm].label}) of the "
-        f"celo2_headline study (seed {meta['seed']}, {budget['outer_steps']} outer steps = "
-        f"{budget['inner_steps']:,} inner steps on {tasks}); the checkpoint of outer step "
+        f"celo2_headline study (seed {meta['seed']}, {spent['outer_steps']} outer steps = "
+        f"{spent['inner_steps']:,} inner steps on {tasks}); the checkpoint of outer step "
         f"{meta['best_validation_step']}, the lowest validation-only selection score "
-        f"{label} Celo2 main runs. {adamw_sentence(table)}"
+        f"{runs} Celo2 main runs. {verdict}"
     )
-    if partial:
-        text += (
-            f" Shipped with --allow-partial before the study ended: {finished} of "
-            f"{len(study_runs())} Celo2 main runs were finished."
-        )
-    return text
+    return " ".join([text, *caveats])
 
 
-def provenance(root: Path, metas, run: tuple[str, int], summary, partial: bool):
-    """The JSON record shipped beside the weights of `run`, chosen among `metas`."""
+def _segments_record(segments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {k: s.get(k) for k in ("from_step", "to_step", "seconds", "exit_code")}
+        | {"commit": segment_commit(s), "environment": s["environment"]}
+        for s in segments
+    ]
+
+
+def _selection(metas, run: tuple[str, int], missing: list[str]) -> dict[str, Any]:
+    meta = metas[run]
+    return {
+        "rule": RULE,
+        "score": meta["best_validation_score"],
+        "checkpoint_step": meta["best_validation_step"],
+        "candidates": {run_label(r): m["best_validation_score"] for r, m in metas.items()},
+        "finished_runs": len(metas),
+        "study_runs": len(study_runs()),
+        "missing_runs": [run_label(r) for r in study_runs() if r not in metas],
+        "partial": bool(missing),
+        "missing": missing,
+    }
+
+
+def provenance(root: Path, metas, run: tuple[str, int], summary, missing: list[str]):
+    """The JSON record shipped beside the weights of `run`, chosen among `metas`; `summary` is
+    the report (None when absent) and `missing` what the rule needed and lacked
+    (`missing_inputs`: non-empty only for a partial ship)."""
     meta = metas[run]
     segments = common.load_json(run_results(root, *run) / "segments.json")
-    step = meta["best_validation_step"]
-    trained = training_segments(segments, step)
-    table = evaluation_table(root, summary, *run)
+    trained = training_segments(segments, meta["best_validation_step"])
+    gaps = segment_gaps(segments, meta["outer_steps"])
+    table = evaluation_table(root, summary or {}, *run)
+    lacking = lacking_cells(summary or {}, *run)
+    evaluated = [k for k in table if k not in lacking["seed"] + lacking["adamw"]]
     spent = budget(meta)
+    caveats = [partial_text(len(metas), summary, len(evaluated))] if missing else []
+    if gaps:
+        caveats.append(f"The training commits are known only for steps {covered_steps(segments)}.")
+    study_settings = load_optional(root / "settings.json")
+    values, sources = recorded_settings(study_settings, meta)
+    commits = {
+        "trained": list(dict.fromkeys(segment_commit(s) for s in trained)),
+        "run": list(dict.fromkeys(segment_commit(s) for s in segments)),
+        "shipped": common.git_commit(),
+    }
     return {
-        "summary": summary_text(meta, spent, table, len(metas), partial),
+        "summary": summary_text(meta, spent, adamw_sentence(table, evaluated), len(metas), caveats),
         "arm": run[0],
         "seed": run[1],
-        "command": command(meta),
-        "commits": {
-            "trained": list(dict.fromkeys(segment_commit(s) for s in trained)),
-            "run": list(dict.fromkeys(segment_commit(s) for s in segments)),
-            "shipped": common.git_commit(),
-        },
+        "command": command(meta, values),
+        "command_sources": sources,
+        "command_note": command_note(sources),
+        "study_commit": (study_settings or {}).get("environment", {}).get("commit"),
+        "run_commit": ", ".join(commits["trained"]) or "unknown",
+        "shipped_at_commit": commits["shipped"],
+        "commits": commits,
         "environment": _environment(trained[-1]) if trained else None,
-        "segments": [
-            {k: s.get(k) for k in ("from_step", "to_step", "seconds", "exit_code")}
-            | {"commit": segment_commit(s), "environment": s["environment"]}
-            for s in segments
-        ],
+        "segments_complete": not gaps,
+        "segments_missing": gaps,
+        "segments": _segments_record(segments),
         "config": meta["config"],
         "budget": spent,
-        "selection": {
-            "rule": RULE,
-            "score": meta["best_validation_score"],
-            "checkpoint_step": step,
-            "candidates": {run_label(r): m["best_validation_score"] for r, m in metas.items()},
-            "finished_runs": len(metas),
-            "study_runs": len(study_runs()),
-            "missing_runs": [run_label(r) for r in study_runs() if r not in metas],
-        },
+        "selection": _selection(metas, run, missing),
         "evaluation": table,
-        "evaluation_status": summary.get("status", "no summary.json"),
+        "evaluation_status": report_status(summary),
     }
 
 
@@ -273,10 +467,11 @@ def ship(results: Path, name: str, out: Path, allow_partial: bool = False) -> di
 
     **Arguments:**
 
-    - `results`: the study's results directory (`main/<arm>/s<seed>/` and `summary.json`).
+    - `results`: the study's results directory (`main/<arm>/s<seed>/`, `summary.json` and
+        `settings.json`).
     - `name`: the shipped optimizer's name (`elo.pretrained(name)` once in `elo/pretrained`).
     - `out`: where to write the two files.
-    - `allow_partial`: ship from the finished runs only (labelled) rather than refuse.
+    - `allow_partial`: ship from what exists (labelled) rather than refuse.
 
     **Returns:**
 
@@ -284,18 +479,19 @@ def ship(results: Path, name: str, out: Path, allow_partial: bool = False) -> di
 
     **Raises:**
 
-    `SystemExit` with a one-line message naming what is missing and the command that makes it,
-    unless all six runs and `summary.json` exist (or `allow_partial`, with at least one run).
+    `SystemExit` with a one-line message naming what is missing and the commands that make it,
+    unless all six runs are summarised, `summary.json` is complete and has the shipped run's
+    result and tuned AdamW's on every held-out cell (or `allow_partial`, with at least one run).
     """
     metas = finished_runs(results)
-    missing = [r for r in study_runs() if r not in metas]
-    summary_path = results / "summary.json"
-    reason = refusal(results, missing, summary_path.is_file())
-    if reason is not None and not (allow_partial and metas):
-        raise SystemExit(reason)
-    run = choose_run(metas)
-    summary = common.load_json(summary_path) if summary_path.is_file() else {}
-    record = provenance(results, metas, run, summary, partial=bool(missing))
+    missing_runs = [r for r in study_runs() if r not in metas]
+    summary = load_optional(results / "summary.json")
+    run = choose_run(metas) if metas else None
+    lacking = lacking_cells(summary or {}, *run) if run else {}
+    missing = missing_inputs(results, missing_runs, summary, run, lacking)
+    if run is None or (missing and not allow_partial):
+        raise SystemExit(refusal(missing))
+    record = provenance(results, metas, run, summary, missing)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(run_results(results, *run) / "best_optimizer.eqx", out / f"{name}.eqx")
     common.write_json(out / f"{name}.json", report.json_ready(record))
@@ -312,7 +508,7 @@ def main() -> None:
     parser.add_argument(
         "--allow-partial",
         action="store_true",
-        help="ship from the finished Celo2 main runs only, labelled as such",
+        help="ship from what exists (runs, report, cells), labelled as such",
     )
     args = parser.parse_args()
     results = Path(args.results_dir)

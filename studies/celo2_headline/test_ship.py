@@ -1,6 +1,7 @@
 """Shipping the headline study's Celo2 optimizer (ship.py) from synthetic results: the rule's
-run is chosen, its weights ship unchanged, missing runs refuse (or ship labelled), and the
-summary says plainly whether it beats tuned AdamW."""
+run is chosen, its weights ship unchanged, missing runs, an incomplete report or missing cells
+refuse (or ship labelled), the summary says plainly whether it beats tuned AdamW (or that it is
+pending), gaps in segments.json are reported, and the command is the one the run recorded."""
 
 import json
 import shlex
@@ -36,7 +37,12 @@ def weights(tmp_path_factory) -> dict[tuple[str, int], Path]:
 
 
 def _config() -> dict:
-    return {"tasks": ["a", "b", "c"], "num_particles": 8, "truncation_length": 50}
+    return {
+        "tasks": ["a", "b", "c"],
+        "num_particles": 8,
+        "truncation_length": 50,
+        "num_outer_steps": settings.META_STEPS,
+    }
 
 
 def _meta(arm: str, seed: int, score: float) -> dict:
@@ -96,8 +102,13 @@ def _tree(root: Path, weights, scores=None, value=lambda key: 0.9, segments=None
         common.write_json(folder / "meta.json", _meta(*run, scores[run]))
         common.write_json(folder / "segments.json", segments or [_segment("abc1234", 0, 10000)])
         shutil.copyfile(weights[run], folder / "best_optimizer.eqx")
-    common.write_json(root / "summary.json", {"status": "complete", "cells": _cells(value)})
+    common.write_json(root / "summary.json", _summary(_cells(value)))
     return root
+
+
+def _summary(cells: dict, present: int = 500, expected: int = 500) -> dict:
+    status = report.status_line(present, expected)
+    return {"status": status, "present": present, "expected": expected, "cells": cells}
 
 
 def test_the_lowest_score_ships_byte_for_byte_with_its_provenance(tmp_path, weights):
@@ -207,7 +218,7 @@ def test_the_evaluation_table_reads_the_seed_and_leaves_what_is_missing_null(tmp
     cells[KEYS[3]]["arms"]["elo_celo2"]["best"]["diverged"] = 1  # no result: unknown
     del cells[KEYS[4]]
     common.write_json(results / "summary.json", summary)
-    table = ship.ship(results, "x", tmp_path / "out")["evaluation"]
+    table = ship.ship(results, "x", tmp_path / "out", allow_partial=True)["evaluation"]
     assert list(table) == KEYS
     first = table[KEYS[0]]
     assert first["test_loss"] == 0.8 and first["multiplier"] == 2.0
@@ -237,6 +248,10 @@ def test_source_commit_names_the_code_and_only_segments_up_to_the_checkpoint_tra
     assert record["environment"]["commit"] == "d5cd94a"  # the code's, not the stale .git's
     assert record["segments"][1]["environment"]["commit"] == "718d1cd-dirty"  # as recorded
     assert isinstance(record["commits"]["shipped"], str) and record["commits"]["shipped"]
+    assert record["run_commit"] == "aaaaaaa, d5cd94a"  # the trained ones, as one string
+    assert record["shipped_at_commit"] == record["commits"]["shipped"]
+    assert record["segments_complete"] is True and record["segments_missing"] == []
+    assert "known only" not in record["summary"]
 
 
 def test_the_cli_writes_under_the_results_directory_by_default(tmp_path, weights, monkeypatch):
@@ -246,3 +261,172 @@ def test_the_cli_writes_under_the_results_directory_by_default(tmp_path, weights
     ship.main()
     assert (results / "shipped" / "celo2_8x8.eqx").is_file()
     assert (results / "shipped" / "celo2_8x8.json").is_file()
+
+
+def _drop(results: Path, keys, arm: str | None = None, seed: int | None = None) -> None:
+    """Remove from summary.json the cells `keys` (all of a cell, or one seed of one arm)."""
+    summary = common.load_json(results / "summary.json")
+    for key in keys:
+        if arm is None:
+            del summary["cells"][key]
+        else:
+            del summary["cells"][key]["arms"][arm]["best"]["per_seed"][str(seed)]
+    common.write_json(results / "summary.json", summary)
+
+
+def test_an_incomplete_report_refuses_and_allow_partial_labels_it(tmp_path, weights):
+    results = _tree(tmp_path / "results", weights)  # every cell there, other results not
+    summary = common.load_json(results / "summary.json")
+    common.write_json(results / "summary.json", _summary(summary["cells"], 480, 500))
+    with pytest.raises(SystemExit, match="summary.json is incomplete: 480 of 500"):
+        ship.ship(results, "x", tmp_path / "out")
+    record = ship.ship(results, "x", tmp_path / "out", allow_partial=True)
+    assert record["selection"]["partial"] is True and record["selection"]["missing_runs"] == []
+    assert "incomplete: 480 of 500" in record["selection"]["missing"][0]
+    assert "--allow-partial" in record["summary"] and "6 of 6" in record["summary"]
+    assert "the report was incomplete: 480 of 500 results present" in record["summary"]
+
+
+def test_a_missing_report_with_every_run_ships_labelled(tmp_path, weights):
+    results = _tree(tmp_path / "results", weights)
+    (results / "summary.json").unlink()
+    record = ship.ship(results, "x", tmp_path / "out", allow_partial=True)
+    assert record["selection"]["partial"] is True and record["evaluation_status"] == (
+        "no summary.json"
+    )
+    assert "there was no report" in record["summary"]
+    assert "Whether it beats tuned AdamW is pending: at or below it on 0 of 0" in record["summary"]
+
+
+def test_a_complete_ship_is_not_labelled_partial(tmp_path, weights):
+    record = ship.ship(_tree(tmp_path / "results", weights), "x", tmp_path / "out")
+    assert record["selection"]["partial"] is False and record["selection"]["missing"] == []
+    assert "--allow-partial" not in record["summary"]
+
+
+def test_cells_without_the_seed_or_adamw_refuse_naming_them(tmp_path, weights):
+    scores = {run: 1.0 for run in RUNS} | {("elo_celo2", 1): 0.5}
+    results = _tree(tmp_path / "results", weights, scores)
+    _drop(results, KEYS[7:], "elo_celo2", 1)
+    summary = common.load_json(results / "summary.json")
+    summary["cells"][KEYS[0]]["adamw"] = None
+    common.write_json(results / "summary.json", summary)
+    with pytest.raises(SystemExit) as refused:
+        ship.ship(results, "x", tmp_path / "out")
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"without main/elo_celo2/s1's result: {', '.join(KEYS[7:])} (" in message
+    assert f"without tuned AdamW's result: {KEYS[0]} (" in message
+    assert "summary.json is" not in message  # the report itself says it is complete
+
+
+def test_an_undecided_verdict_is_pending_and_a_decided_one_is_not(tmp_path, weights):
+    """7 of 14 cells evaluated, all below AdamW: 8 are still possible, so pending, not "does
+    not beat"; once the missing cells can no longer change it, the verdict is given."""
+
+    def shipped(name: str, below: int, dropped: int) -> str:
+        keys = set(KEYS[:below])
+        results = _tree(tmp_path / name, weights, value=lambda k: ADAMW if k in keys else 1.2)
+        _drop(results, KEYS[len(KEYS) - dropped :])
+        with pytest.raises(SystemExit, match=KEYS[-1]):
+            ship.ship(results, "x", tmp_path / f"{name}_out")
+        return ship.ship(results, "x", tmp_path / f"{name}_out", allow_partial=True)["summary"]
+
+    assert (
+        "Whether it beats tuned AdamW is pending: at or below it on 7 of 7 evaluated cells "
+        "(8 of 14 needed)." in shipped("seven", 7, 7)
+    )
+    assert "It beats tuned AdamW: at or below it on 8 of 10 held-out cells (of 14)." in (
+        shipped("eight", 8, 4)
+    )
+    assert "It does not beat tuned AdamW: at or below it on 1 of 8 held-out cells (of 14)." in (
+        shipped("one", 1, 6)  # 1 + 6 missing < 8
+    )
+    assert "pending: at or below it on 2 of 8" in shipped("two", 2, 6)  # 2 + 6 = 8
+
+
+def test_a_non_finite_result_counts_as_evaluated_and_never_at_or_below(tmp_path, weights):
+    results = _tree(tmp_path / "results", weights, value=lambda k: ADAMW)
+    summary = common.load_json(results / "summary.json")
+    for key in KEYS[:7]:
+        for arm in ship.CELO2_ARMS:
+            summary["cells"][key]["arms"][arm]["best"]["per_seed"] = dict.fromkeys("012")
+    common.write_json(results / "summary.json", summary)
+    record = ship.ship(results, "x", tmp_path / "out")
+    assert record["summary"].endswith(
+        "It does not beat tuned AdamW: at or below it on 7 of 14 held-out cells."
+    )
+
+
+@pytest.mark.parametrize(
+    "spans, missing, known",
+    [
+        ([(750, 10000)], ["steps 0–750"], "750–10000"),  # earlier segments lost
+        ([(0, 4000), (5000, 10000)], ["steps 4000–5000"], "0–4000 and 5000–10000"),
+        ([(0, 4000), (3750, 9000)], ["steps 9000–10000"], "0–9000"),  # a resume may overlap
+        ([], ["steps 0–10000"], "none"),
+    ],
+)
+def test_gaps_in_the_segments_are_reported(tmp_path, weights, spans, missing, known):
+    segments = [_segment("aaaaaaa", a, b) for a, b in spans]
+    results = _tree(tmp_path / "results", weights, segments=segments or [])
+    for run in RUNS:  # _tree writes a full segment for an empty list
+        common.write_json(ship.run_results(results, *run) / "segments.json", segments)
+    record = ship.ship(results, "x", tmp_path / "out")
+    assert record["segments_complete"] is False and record["segments_missing"] == missing
+    assert record["summary"].endswith(f"The training commits are known only for steps {known}.")
+
+
+def test_the_rule_says_the_tie_break_is_ship_pys(tmp_path, weights):
+    rule = ship.ship(_tree(tmp_path / "results", weights), "x", tmp_path / "out")["selection"]
+    decision_rule = (Path(ship.__file__).parent / "decision_rule.md").read_text()
+    assert "ties" not in decision_rule.lower()
+    assert "ties (not in decision_rule.md: ship.py's addition, as study.choose)" in rule["rule"]
+
+
+def test_the_record_has_the_top_level_keys_of_the_shipped_small_fc(tmp_path, weights):
+    results = _tree(tmp_path / "results", weights)
+    common.write_json(
+        results / "settings.json",
+        {"settings": settings.meta_training(), "environment": {"commit": "5tudy00"}},
+    )
+    record = ship.ship(results, "x", tmp_path / "out")
+    shipped = Path(elo.__file__).parent / "pretrained" / "small_fc_mnist8.json"
+    assert set(json.loads(shipped.read_text())) <= set(record)
+    assert record["study_commit"] == "5tudy00"
+    assert record["run_commit"] == "abc1234"
+    assert record["shipped_at_commit"] == record["commits"]["shipped"]
+
+
+def test_the_command_is_the_recorded_one_not_the_current_settings(tmp_path, weights, monkeypatch):
+    results = _tree(tmp_path / "results", weights, {run: 1.0 for run in RUNS})
+    recorded = settings.meta_training()
+    recorded["arms"]["pes_celo2"]["preset"] = "pes_celo2_then"
+    recorded.update(check_every=500, validate_steps=1500, selection_tasks=["t1", "t2"])
+    common.write_json(results / "settings.json", {"settings": recorded, "environment": {}})
+    meta = _meta("pes_celo2", 0, 1.0)
+    meta["config"]["num_outer_steps"] = 8000  # what config.json recorded
+    meta["overrides"]["meta_learning_rate"] = 0.003
+    common.write_json(ship.run_results(results, "pes_celo2", 0) / "meta.json", meta)
+    monkeypatch.setattr(settings, "CHECK_EVERY", 7)  # settings.py has changed since
+    monkeypatch.setattr(settings, "VALIDATE_STEPS", 9)
+    monkeypatch.setattr(settings, "CHECKPOINT_EVERY", 11)
+    record = ship.ship(results, "x", tmp_path / "out")
+    words = shlex.split(record["command"])
+
+    def flag(name: str) -> str:
+        return words[words.index(name) + 1]
+
+    assert (flag("--preset"), flag("--steps"), flag("--seed")) == ("pes_celo2_then", "8000", "0")
+    assert (flag("--validate-every"), flag("--validate-steps")) == ("500", "1500")
+    assert flag("--validate-task") == "t1,t2"
+    assert flag("--checkpoint-every") == str(recorded["checkpoint_every"])
+    assert "meta_learning_rate=0.003" in words
+    assert set(record["command_sources"].values()) == {"settings.json"}
+    assert record["command_note"] is None
+    (results / "settings.json").unlink()
+    record = ship.ship(results, "x", tmp_path / "out2")
+    words = shlex.split(record["command"])
+    assert flag("--validate-every") == "7" and flag("--steps") == "8000"
+    assert record["command_sources"]["check_every"] == "settings.py"
+    assert "taken from the current settings.py" in record["command_note"]
