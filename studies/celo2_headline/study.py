@@ -16,6 +16,7 @@ import fcntl
 import json
 import math
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -62,6 +63,29 @@ def steps_done(run_dir: Path) -> int:
     return records[-1]["step"] if records else 0
 
 
+def run_meta_train(argv: list[str], log_path: Path) -> tuple[int, bool]:
+    """Run `elo meta-train` with its output appended to `log_path`: `(exit code, stop)`.
+
+    A SIGTERM to this driver is passed on to the run, which checkpoints the step it is at and
+    exits; `stop` then says the driver was asked to stop, so that it records the run's segment
+    and starts no other run. (Killed at once, it would leave the segment unrecorded.)
+    """
+    stop = []
+    with open(log_path, "a") as f:
+        child = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT)
+
+        def forward(signum, frame):
+            stop.append(signum)
+            child.send_signal(signal.SIGTERM)
+
+        previous = signal.signal(signal.SIGTERM, forward)
+        try:
+            code = child.wait()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return code, bool(stop)
+
+
 def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: bool, args) -> bool:
     """Run or resume one meta-training run and summarise it; False when another driver has it."""
     results = Path(args.results_dir) / name
@@ -82,12 +106,7 @@ def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: boo
             log_path = Path(args.runs_dir) / "logs" / (name.replace("/", "_") + ".log")
             log_path.parent.mkdir(parents=True, exist_ok=True)
             started = time.time()
-            with open(log_path, "a") as f:
-                code = subprocess.call(
-                    meta_train_argv(arm, seed, out, fields, pilot),
-                    stdout=f,
-                    stderr=subprocess.STDOUT,
-                )
+            code, stop = run_meta_train(meta_train_argv(arm, seed, out, fields, pilot), log_path)
             segment = {
                 "environment": common.environment(),
                 "from_step": start,
@@ -98,6 +117,9 @@ def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: boo
             segments_path = results / "segments.json"
             segments = common.load_json(segments_path) if segments_path.is_file() else []
             common.write_json(segments_path, [*segments, segment])
+            if stop:
+                log(f"{name}: stopped at step {segment['to_step']}; the same command resumes it")
+                raise SystemExit(0)
             if code != 0:
                 log(f"{name}: elo meta-train exited with {code} at step {segment['to_step']}")
                 return True

@@ -3,6 +3,12 @@ the checkpoint selection's rules pick what they say, on synthetic results."""
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +134,50 @@ def test_every_protocol_cell_is_listed_once():
 
     cells = evaluate.cells()
     assert len(cells) == len(set(cells)) == 14
+
+
+# A stand-in for `elo meta-train`: records 3 outer steps, then waits; SIGTERM makes it exit 130.
+FAKE_META_TRAIN = """
+import json, signal, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+lines = [json.dumps({"step": t, "seconds": 0.0, "meta_loss": 1.0}) for t in (1, 2, 3)]
+(out / "metrics.jsonl").write_text("\\n".join(lines) + "\\n")
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
+(out / "started").touch()
+time.sleep(60)
+"""
+
+
+def test_a_stopped_driver_records_the_segment_and_starts_no_other_run(tmp_path):
+    """SIGTERM to a driver reaches its meta-train run (which checkpoints and exits); the driver
+    records the run's segment and exits instead of starting the next run."""
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    driver = f"""
+import argparse, sys
+from studies.celo2_headline import study
+fake = {FAKE_META_TRAIN!r}
+study.meta_train_argv = lambda arm, seed, out, *_: [sys.executable, "-c", fake, str(out)]
+args = argparse.Namespace(runs_dir={str(runs)!r}, results_dir={str(results)!r})
+fields = {{"num_outer_steps": 10}}
+for seed in (0, 1):
+    study.train_one(f"main/pes_celo2/s{{seed}}", "pes_celo2", seed, fields, False, args)
+print("the driver went on")
+"""
+    root = Path(__file__).parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", driver], cwd=root, env=env, stdout=subprocess.PIPE, text=True
+    )
+    started = runs / "main" / "pes_celo2" / "s0" / "started"
+    deadline = time.monotonic() + 120
+    while not started.is_file():
+        assert process.poll() is None and time.monotonic() < deadline, "the run never started"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 0 and "the driver went on" not in out
+    segments = common.load_json(results / "main" / "pes_celo2" / "s0" / "segments.json")
+    assert [(s["from_step"], s["to_step"], s["exit_code"]) for s in segments] == [(0, 3, 130)]
+    assert not (runs / "main" / "pes_celo2" / "s1").exists()
