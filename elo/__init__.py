@@ -1,7 +1,5 @@
 """`elo`: meta-train learned optimizers with ELO (Efficient Long-hOrizon learning)."""
 
-import importlib.metadata
-
 from . import (
     distributed as distributed,
     internal as internal,
@@ -77,15 +75,8 @@ from ._tuning import (
     TUNED_BASELINES as TUNED_BASELINES,
     warmup_cosine as warmup_cosine,
 )
+from ._version import __version__ as __version__
 from .optimizers._base import AbstractLearnedOptimizer as AbstractLearnedOptimizer
 from .optimizers._celo2 import Celo2 as Celo2
 from .optimizers._optax import as_optax as as_optax
 from .optimizers._small_fc import SmallFC as SmallFC
-
-
-try:
-    __version__ = importlib.metadata.version("elo")
-except importlib.metadata.PackageNotFoundError:
-    # A source tree used without installing it (on PYTHONPATH, e.g. a copy sent to a GPU
-    # machine) has no package metadata; importing it must still work.
-    __version__ = "0+unknown"
