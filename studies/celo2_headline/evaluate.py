@@ -3,12 +3,18 @@
     python -m studies.celo2_headline.evaluate baselines   # tuned AdamW, Muon and SGD
     python -m studies.celo2_headline.evaluate runs        # each finished main run, both checkpoints
     python -m studies.celo2_headline.evaluate horizon     # item 1: the small_fc study at 30K steps
+    python -m studies.celo2_headline.evaluate shipped     # item 4: every optimizer elo ships
 
 Each (optimizer, cell) is `elo.tune`: settings.SWEEP_POINTS values on a log grid (peak learning
 rates of AdamW/Muon/SGD with warm-up and cosine decay; a learned optimizer's `learning_rate`
 multiplier), settings.EVAL_SEEDS seeds, the value chosen on the validation split. Every result is
 cached as JSON under --results-dir/evaluation; rerunning skips what exists. Two drivers can share
 the work (a lock per result).
+
+`shipped` tunes every optimizer of `elo.available_pretrained()` (`elo.pretrained(name)`) on every
+cell into `shipped/<name>/<task>@<horizon>.json`: its test loss at `learning_rate=1` (the
+result's `default_test_loss`) beside the tuned one, which the report sets beside tuned AdamW's.
+These results are reported beside the study, outside its decision rule.
 """
 
 import argparse
@@ -150,11 +156,18 @@ def run_long_horizon(out: Path) -> None:
                 tune_cached(path, lo, task, LONG_HORIZON)
 
 
+def run_shipped(out: Path) -> None:
+    for name in sorted(elo.available_pretrained()):
+        lo = elo.pretrained(name)
+        for task, horizon in cells():
+            tune_cached(out / "shipped" / name / f"{task}@{horizon}.json", lo, task, horizon)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=("baselines", "runs", "horizon"))
+    parser.add_argument("command", choices=("baselines", "runs", "horizon", "shipped"))
     parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
     args = parser.parse_args()
     results = Path(args.results_dir)
@@ -169,6 +182,8 @@ def main() -> None:
         run_baselines(out)
     elif args.command == "runs":
         run_learned(out, results)
+    elif args.command == "shipped":
+        run_shipped(out)
     else:
         run_long_horizon(out)
 

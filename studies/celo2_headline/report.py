@@ -8,6 +8,11 @@ and writes DIR/summary.json and DIR/summary.md. Runs on partial results: a verdi
 are not all present is "pending", never met or not met, and the summary says how many of the
 expected results exist.
 
+Beside the study, not part of its rule: the optimizers shipped in the package
+(`shipped/<name>/<task>@<horizon>.json`, from `evaluate.py shipped`), each one's test loss at
+`learning_rate=1` and tuned, as ratios to tuned AdamW. They enter no verdict and neither the
+expected nor the present count of the status line.
+
 Conventions (those of the README's protocol):
 
 - A result's value is its JSON's `test_loss`: the tuned setting's mean over evaluation seeds of
@@ -36,6 +41,9 @@ from studies.celo2_headline import settings
 
 
 HERE = Path(__file__).parent
+# The package's shipped optimizers (`<name>.json` beside `<name>.eqx`), read as files so that the
+# report does not import `elo`: a name shipped but not yet evaluated is listed as pending.
+PRETRAINED = HERE.parents[1] / "elo" / "pretrained"
 ARMS = tuple(settings.ARMS)
 CHECKPOINTS = ("best", "final")
 # H1: ELO-Celo2 at or below tuned AdamW on at least this many of the 14 cells (a majority).
@@ -283,13 +291,90 @@ def default_step(table) -> dict[str, Any]:
     return out
 
 
+def _ratio(value: float, reference: float | None) -> float:
+    return value / reference if reference else math.nan
+
+
+def shipped_cell(data: dict[str, Any] | None, adamw: float | None) -> dict[str, Any]:
+    """A shipped optimizer on one cell (`data`, its result; None if missing) beside tuned
+    AdamW's value (None if missing): the default step's value (`learning_rate=1`), the tuned
+    value and multiplier, both as ratios to AdamW, and whether the default works (within
+    DEFAULT_TOLERANCE × AdamW; None while AdamW or the result is missing)."""
+    if data is None:
+        default = value = math.nan
+        works = None
+    else:
+        default, value = _number(data["default_test_loss"]), _number(data["test_loss"])
+        works = None if adamw is None else bool(default <= DEFAULT_TOLERANCE * adamw)
+    return {
+        "present": data is not None,
+        "default_value": default,
+        "default_diverged": None if data is None else bool(data["default_diverged"]),
+        "value": value,
+        "multiplier": None if data is None else data["value"],
+        "diverged": None if data is None else bool(data["diverged"]),
+        "adamw": adamw,
+        "ratio_default_adamw": _ratio(default, adamw),
+        "ratio_tuned_adamw": _ratio(value, adamw),
+        "default_works": works,
+    }
+
+
+def shipped_names(evaluation: Path) -> list[str]:
+    """The shipped optimizers to report: those with a folder under `evaluation`/shipped/ and
+    those in the package (PRETRAINED), sorted."""
+    found = {p.name for p in (evaluation / "shipped").glob("*") if p.is_dir()}
+    return sorted(found | {p.stem for p in PRETRAINED.glob("*.json")})
+
+
+def shipped_optimizer(folder: Path, adamw: dict[str, float | None]) -> dict[str, Any]:
+    """One shipped optimizer's results in `folder` on every cell (`adamw`: tuned AdamW's value
+    by cell): per cell `shipped_cell`, its status, and the cells where its default works."""
+    found = {k: folder / f"{k}.json" for k in adamw if (folder / f"{k}.json").is_file()}
+    results = {k: common.load_json(path) for k, path in found.items()}
+    cells = {k: shipped_cell(results.get(k), reference) for k, reference in adamw.items()}
+    works = [c["default_works"] for c in cells.values()]
+    return {
+        "status": shipped_status(len(results), len(cells)),
+        "present": len(results),
+        "default_step": {
+            "works": sum(w is True for w in works),
+            "judged": sum(w is not None for w in works),
+            "of": len(works),
+        },
+        "cells": cells,
+        "evaluation_commits": commit_counts(results.values()),
+    }
+
+
+def shipped_status(present: int, of: int) -> str:
+    """`pending` (no result yet), else `complete: …` or `incomplete: N of M cells present`."""
+    if not present:
+        return PENDING
+    return f"{'complete' if present == of else 'incomplete'}: {present} of {of} cells present"
+
+
+def shipped(evaluation: Path, table) -> dict[str, Any]:
+    """Every shipped optimizer (`shipped_names`) on every cell, beside tuned AdamW's value in
+    `table`. Reported beside the study: it is read from its own folder, so it enters neither a
+    verdict nor the status line's counts."""
+    adamw = {k: row["adamw"]["value"] if row["adamw"] else None for k, row in table.items()}
+    folder = evaluation / "shipped"
+    return {name: shipped_optimizer(folder / name, adamw) for name in shipped_names(evaluation)}
+
+
+def commit_counts(results) -> dict[str, int]:
+    """How many of `results` (result dicts) each commit produced (each JSON's environment)."""
+    commits: dict[str, int] = {}
+    for data in results:
+        commit = data.get("environment", {}).get("commit", "unknown")
+        commits[commit] = commits.get(commit, 0) + 1
+    return dict(sorted(commits.items()))
+
+
 def provenance(results, root: Path) -> dict[str, Any]:
     """The commits that produced the results: of the evaluations (each JSON's environment) and
     of the meta-training segments; whether the evaluation settings are the current ones."""
-    commits: dict[str, int] = {}
-    for data in results.values():
-        commit = data.get("environment", {}).get("commit", "unknown")
-        commits[commit] = commits.get(commit, 0) + 1
     meta: set[str] = set()
     for path in sorted(root.glob("main/*/s*/segments.json")):
         meta |= {s.get("environment", {}).get("commit", "unknown") for s in common.load_json(path)}
@@ -300,7 +385,7 @@ def provenance(results, root: Path) -> dict[str, Any]:
         else None
     )
     return {
-        "evaluation_commits": dict(sorted(commits.items())),
+        "evaluation_commits": commit_counts(results.values()),
         "meta_training_commits": sorted(meta),
         "evaluation_settings_match": same,
         "report_commit": common.git_commit(),
@@ -321,6 +406,7 @@ def summarise(root: Path) -> dict[str, Any]:
         "h2": h2(table),
         "h3": h3(table),
         "default_step": default_step(table),
+        "shipped": shipped(root / "evaluation", table),
         "cells": table,
         "provenance": provenance(results, root),
     }
@@ -345,6 +431,9 @@ def json_ready(x: Any) -> Any:
 
 # ------------------------------------------------------------------------------------------
 # Markdown
+
+
+_MARK = {True: "✓", False: "✗", None: "?"}
 
 
 def _f(x: float | None, digits: int = 3) -> str:
@@ -437,19 +526,51 @@ def _h3_table(summary) -> list[str]:
 
 
 def _default_table(summary) -> list[str]:
-    mark = {True: "✓", False: "✗", None: "?"}
     header = ["cell", "AdamW", *(f"{_label(a)}: lr=1 / tuned" for a in ARMS)]
     rows = []
     for k, row in summary["cells"].items():
         cells = []
         for a in ARMS:
             e = row["arms"][a]["best"]
-            works = mark[row["default_works"][a]]
+            works = _MARK[row["default_works"][a]]
             div = f" ({e['default_diverged']} div)" if e["default_diverged"] else ""
             text = f"{_f(e['default_value'])}{div} / {_f(e['value'])} {works}"
             cells.append(text if e["n"] else "–")
         rows.append([k, _f(row["adamw"]["value"]) if row["adamw"] else "–", *cells])
     return _table(header, rows)
+
+
+def _shipped_text(entry: dict[str, Any]) -> str:
+    """`default (ratio) / tuned (ratio, m=multiplier) mark` of a shipped optimizer on a cell."""
+    if not entry["present"]:
+        return "–"
+    default_div = ", div" if entry["default_diverged"] else ""
+    div = ", div" if entry["diverged"] else ""
+    default = f"{_f(entry['default_value'])} ({_f(entry['ratio_default_adamw'], 2)}×{default_div})"
+    tuned = f"{_f(entry['value'])} ({_f(entry['ratio_tuned_adamw'], 2)}×, "
+    tuned += f"m={entry['multiplier']:.2g}{div})"
+    return f"{default} / {tuned} {_MARK[entry['default_works']]}"
+
+
+def _shipped_table(summary) -> list[str]:
+    ships = summary["shipped"]
+    if not ships:
+        return ["No shipped optimizer found (elo/pretrained/, evaluation/shipped/).", ""]
+    header = ["cell", "AdamW", *(f"`{n}`" for n in ships)]
+    rows = []
+    for k, row in summary["cells"].items():
+        texts = [
+            PENDING if s["status"] == PENDING else _shipped_text(s["cells"][k])
+            for s in ships.values()
+        ]
+        rows.append([k, _f(row["adamw"]["value"]) if row["adamw"] else "–", *texts])
+    totals = [
+        f"- `{n}`: {s['status']}; lr=1 within {DEFAULT_TOLERANCE}× tuned AdamW on "
+        f"{s['default_step']['works']} of {s['default_step']['judged']} judged cells "
+        f"(of {s['default_step']['of']})"
+        for n, s in ships.items()
+    ]
+    return _table(header, rows) + totals + [""]
 
 
 def _so_far(verdict: str, complete: int, of: int) -> str:
@@ -546,6 +667,14 @@ def markdown(summary: dict[str, Any]) -> str:
         f"{DEFAULT_TOLERANCE}× tuned AdamW; ?: not all seeds or AdamW yet)",
         "",
         *_default_table(summary),
+        "### The shipped optimizers: learning_rate=1 / tuned (× tuned AdamW)",
+        "",
+        "The optimizers `elo` ships (`elo.available_pretrained()`), reported beside the study: "
+        "they enter no verdict and not its status count. m: the tuned `learning_rate` "
+        f"multiplier; ✓: lr=1 within {DEFAULT_TOLERANCE}× tuned AdamW, ✗: not, ?: no AdamW "
+        "yet; div: diverged.",
+        "",
+        *_shipped_table(summary),
         "### Provenance",
         "",
         "- evaluation commits (results): "

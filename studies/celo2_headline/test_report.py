@@ -1,6 +1,8 @@
 """The headline study's report (report.py) on synthetic result trees whose verdicts are known:
-each verdict comes out met, not met or pending, and a missing result never gives a verdict."""
+each verdict comes out met, not met or pending, and a missing result never gives a verdict; the
+shipped optimizers are reported beside the study and change none of it."""
 
+import importlib.util
 import json
 import math
 import sys
@@ -13,6 +15,8 @@ from studies.celo2_headline import report, settings
 
 
 ADAMW = 1.0
+# The package's folder of shipped optimizers, before the fixture below replaces it.
+REAL_PRETRAINED = report.PRETRAINED
 KEYS = [report.cell_key(c) for c in settings.cells()]
 LONG = report.long_horizon_keys()
 # loss(optimizer, seed, checkpoint, key): an optimizer is a baseline's name (seed and checkpoint
@@ -72,6 +76,28 @@ def _tree(
                     path = evaluation / "runs" / arm / f"s{seed}" / checkpoint / f"{key}.json"
                     _write(path, result)
     return evaluation
+
+
+@pytest.fixture(autouse=True)
+def _no_package_optimizers(tmp_path_factory, monkeypatch):
+    """Every test sees only the shipped optimizers it makes, not those of the package."""
+    monkeypatch.setattr(report, "PRETRAINED", tmp_path_factory.mktemp("pretrained"))
+
+
+def _shipped(
+    root: Path,
+    name: str,
+    default: Callable[[str], float | None] = lambda key: 1.2,
+    tuned: float = 0.9,
+    keys: list[str] = KEYS,
+    default_diverged: Callable[[str], bool] = lambda key: False,
+    commit: str = "5b1pped",
+) -> None:
+    """Results of the shipped optimizer `name` (tuned multiplier 2) on `keys`."""
+    for key in keys:
+        result = _result(tuned, False, default(key), commit)
+        result |= {"value": 2.0, "default_diverged": default_diverged(key)}
+        _write(root / "evaluation" / "shipped" / name / f"{key}.json", result)
 
 
 def test_the_cells_and_the_six_long_horizon_cells_are_the_protocols():
@@ -260,3 +286,186 @@ def test_the_command_line_writes_the_summary(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "complete: 378 of 378" in out and "H1: met" in out and "H2: met" in out
     assert (tmp_path / "summary.json").is_file() and (tmp_path / "summary.md").is_file()
+
+
+def _adamw_075_on_second_cell(opt, seed, checkpoint, key):
+    if opt == "adamw" and key == KEYS[1]:
+        return 0.75
+    return _standard(opt, seed, checkpoint, key)
+
+
+def test_the_shipped_block_reports_default_and_tuned_values_and_ratios_per_cell(tmp_path):
+    _tree(tmp_path, _adamw_075_on_second_cell)
+    _shipped(tmp_path, "celo2_x")
+    _shipped(tmp_path, "a_partial", default=lambda key: 1.0, keys=KEYS[:2])
+    ships = report.summarise(tmp_path)["shipped"]
+    assert list(ships) == ["a_partial", "celo2_x"]
+    full = ships["celo2_x"]
+    assert full["status"] == "complete: 14 of 14 cells present" and full["present"] == 14
+    assert full["evaluation_commits"] == {"5b1pped": 14}
+    assert full["cells"][KEYS[0]] == pytest.approx(
+        {
+            "present": True,
+            "default_value": 1.2,
+            "default_diverged": False,
+            "value": 0.9,
+            "multiplier": 2.0,
+            "diverged": False,
+            "adamw": 1.0,
+            "ratio_default_adamw": 1.2,
+            "ratio_tuned_adamw": 0.9,
+            "default_works": True,
+        }
+    )
+    second = full["cells"][KEYS[1]]
+    assert second["adamw"] == 0.75 and second["default_works"] is False
+    assert second["ratio_default_adamw"] == pytest.approx(1.6)
+    assert second["ratio_tuned_adamw"] == pytest.approx(1.2)
+    assert full["default_step"] == {"works": 13, "judged": 14, "of": 14}
+    partial = ships["a_partial"]
+    assert partial["status"] == "incomplete: 2 of 14 cells present"
+    assert partial["default_step"] == {"works": 1, "judged": 2, "of": 14}  # 1.0 > 1.25 x 0.75
+    absent = partial["cells"][KEYS[2]]
+    assert absent["present"] is False and absent["default_works"] is None
+    assert math.isnan(absent["value"]) and math.isnan(absent["ratio_default_adamw"])
+
+
+@pytest.mark.parametrize(
+    "default, adamw_present, works",
+    [
+        (1.25, True, True),  # exactly 1.25 x AdamW (1.0): works
+        (1.2501, True, False),
+        (None, True, False),  # a non-finite default never works
+        (1.0, False, None),  # no tuned AdamW yet: not judged
+    ],
+)
+def test_a_shipped_default_works_within_125_percent_of_tuned_adamw(
+    tmp_path, default, adamw_present, works
+):
+    evaluation = _tree(tmp_path)
+    if not adamw_present:
+        (evaluation / "baselines" / "adamw" / f"{KEYS[0]}.json").unlink()
+    _shipped(tmp_path, "celo2_x", default=lambda key: default if key == KEYS[0] else 1.0)
+    summary = report.summarise(tmp_path)
+    entry = summary["shipped"]["celo2_x"]
+    assert entry["cells"][KEYS[0]]["default_works"] is works
+    assert entry["default_step"]["judged"] == (14 if adamw_present else 13)
+    assert entry["default_step"]["works"] == 13 + (works is True)
+    if default is None:
+        data = report.json_ready(summary)["shipped"]["celo2_x"]["cells"][KEYS[0]]
+        assert data["default_value"] is None and data["ratio_default_adamw"] is None
+
+
+def test_a_missing_shipped_result_is_not_judged(tmp_path):
+    _tree(tmp_path)
+    _shipped(tmp_path, "celo2_x", keys=KEYS[1:])
+    entry = report.summarise(tmp_path)["shipped"]["celo2_x"]
+    assert entry["cells"][KEYS[0]]["default_works"] is None
+    assert entry["cells"][KEYS[0]]["present"] is False
+    assert entry["default_step"] == {"works": 13, "judged": 13, "of": 14}
+    assert entry["status"] == "incomplete: 13 of 14 cells present"
+
+
+@pytest.mark.parametrize("complete", [True, False])
+def test_shipped_results_change_no_count_status_or_verdict(tmp_path, complete):
+    evaluation = _tree(tmp_path)
+    if not complete:
+        (evaluation / "runs" / "elo_celo2" / "s2" / "best" / f"{LONG[0]}.json").unlink()
+    before = report.json_ready(report.summarise(tmp_path))
+    # Named like an arm and far worse than AdamW: counted anywhere, it would change a verdict.
+    _shipped(tmp_path, "elo_celo2", default=lambda key: 5.0, tuned=4.0, commit="0ther00")
+    after = report.json_ready(report.summarise(tmp_path))
+    assert after["shipped"]["elo_celo2"]["present"] == 14
+    assert before["shipped"] == {} and set(after) == set(before)
+    present = 378 if complete else 377
+    assert (
+        after["status"]
+        == f"{'complete' if complete else 'incomplete'}: {present} of 378 results present"
+    )
+    assert (after["present"], after["expected"]) == (present, 378)
+    assert after["h1"]["verdict"] == ("met" if complete else "pending")
+    assert after["provenance"]["evaluation_commits"] == {"abc1234": present}
+    for key in before:
+        if key != "shipped":
+            assert json.dumps(after[key], sort_keys=True) == json.dumps(before[key], sort_keys=True)
+
+
+def test_a_shipped_optimizer_without_results_is_pending(tmp_path, monkeypatch):
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "celo2_new.json").write_text("{}")
+    (package / "celo2_new.eqx").write_bytes(b"")
+    monkeypatch.setattr(report, "PRETRAINED", package)
+    _tree(tmp_path)
+    started = tmp_path / "evaluation" / "shipped" / "started"
+    started.mkdir(parents=True)
+    (started / f"{KEYS[0]}.lock").write_text("")  # an evaluation under way: no result yet
+    _shipped(tmp_path, "done")
+    summary = report.summarise(tmp_path)
+    ships = summary["shipped"]
+    assert list(ships) == ["celo2_new", "done", "started"]
+    assert ships["celo2_new"]["status"] == ships["started"]["status"] == "pending"
+    assert ships["started"]["default_step"] == {"works": 0, "judged": 0, "of": 14}
+    assert ships["done"]["status"].startswith("complete")
+    text = report.markdown(summary)
+    assert "| cell | AdamW | `celo2_new` | `done` | `started` |" in text
+    section = text[text.index("### The shipped optimizers") :].splitlines()
+    row = next(line for line in section if line.startswith(f"| {KEYS[0]} | "))
+    assert row.split(" | ")[2:4] == ["pending", "1.200 (1.20×) / 0.900 (0.90×, m=2) ✓"]
+    assert row.endswith("| pending |")
+    assert "- `celo2_new`: pending;" in text
+
+
+def test_the_report_reads_the_packages_shipped_optimizers():
+    elo_dir = Path(importlib.util.find_spec("elo").origin).parent  # without importing elo
+    assert REAL_PRETRAINED == elo_dir / "pretrained"
+    assert (REAL_PRETRAINED / "small_fc_mnist8.json").is_file()
+
+
+def test_the_markdown_has_the_shipped_table(tmp_path):
+    _tree(tmp_path, _adamw_075_on_second_cell)
+    _shipped(tmp_path, "celo2_x", default_diverged=lambda key: key == KEYS[2])
+    report.report(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    heading = "### The shipped optimizers: learning_rate=1 / tuned (× tuned AdamW)"
+    assert heading in text and text.index(heading) < text.index("### Provenance")
+    assert "| cell | AdamW | `celo2_x` |" in text
+    assert f"| {KEYS[0]} | 1.000 | 1.200 (1.20×) / 0.900 (0.90×, m=2) ✓ |" in text
+    assert f"| {KEYS[1]} | 0.750 | 1.200 (1.60×) / 0.900 (1.20×, m=2) ✗ |" in text
+    assert f"| {KEYS[2]} | 1.000 | 1.200 (1.20×, div) / 0.900 (0.90×, m=2) ✓ |" in text
+    assert (
+        "- `celo2_x`: complete: 14 of 14 cells present; lr=1 within 1.25× tuned AdamW on 13 of "
+        "14 judged cells (of 14)" in text
+    )
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert data["shipped"]["celo2_x"]["cells"][KEYS[1]]["ratio_default_adamw"] == pytest.approx(1.6)
+
+
+def test_no_shipped_optimizer_is_said_so(tmp_path):
+    _tree(tmp_path)
+    summary = report.summarise(tmp_path)
+    assert summary["shipped"] == {}
+    assert "No shipped optimizer found" in report.markdown(summary)
+
+
+def test_evaluate_shipped_writes_where_the_report_reads(tmp_path, monkeypatch):
+    from studies.celo2_headline import evaluate
+
+    calls = []
+    monkeypatch.setattr(evaluate.elo, "available_pretrained", lambda: {"b": {}, "a": {}})
+    monkeypatch.setattr(evaluate.elo, "pretrained", lambda name: f"lo:{name}")
+    monkeypatch.setattr(evaluate, "tune_cached", lambda *args: calls.append(args))
+    evaluate.run_shipped(tmp_path / "evaluation")
+    assert [c[1] for c in calls] == ["lo:a"] * 14 + ["lo:b"] * 14
+    assert [f"{c[2]}@{c[3]}" for c in calls] == KEYS * 2
+    _tree(tmp_path)
+    for path, *_ in calls:
+        _write(path, _result(0.9, False, 1.0, "abc1234"))
+    ships = report.summarise(tmp_path)["shipped"]
+    assert {n: s["present"] for n, s in ships.items()} == {"a": 14, "b": 14}
+
+    ran = []
+    monkeypatch.setattr(evaluate, "run_shipped", ran.append)
+    monkeypatch.setattr(sys, "argv", ["evaluate", "shipped", "--results-dir", str(tmp_path)])
+    evaluate.main()
+    assert ran == [tmp_path / "evaluation"]
