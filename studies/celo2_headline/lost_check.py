@@ -75,13 +75,44 @@ def check(state: elo.MetaState) -> dict:
     }
 
 
+def verify(run_dir: Path, results: Path) -> None:
+    """Re-score a run directory's checkpoint as `check` does and record it beside the check the
+    run made at that step (`verified_checks.json`): the evidence that `check` reproduces one."""
+    config = elo.MetaConfig.from_dict(json.loads((run_dir / "config.json").read_text())["config"])
+    state = elo.load(run_dir / "checkpoint.eqx", like=elo.init(config, key=jr.key(0)))
+    step = int(state.step)
+    own = [r for r in elo.read_validation(run_dir) if r["step"] == step]
+    if not own:
+        raise SystemExit(f"{run_dir} has no check at its checkpoint's step {step}.")
+    record = {
+        "step": step,
+        "run_score": own[-1]["validation"]["score"],
+        "rescored": check(state),
+        "environment": common.environment(),
+    }
+    record["identical"] = record["rescored"]["validation"]["score"] == record["run_score"]
+    common.write_json(results / "verified_checks.json", [record])
+    print(
+        f"step {step}: the run's check {record['run_score']!r}, re-scored "
+        f"{record['rescored']['validation']['score']!r}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commit", required=True, help="the commit that holds the checkpoint")
     parser.add_argument("--run", required=True, help="e.g. pilot/elo_celo2_lr3e-03_cpu_10_40")
     parser.add_argument("--results-dir", default=str(HERE / "results"))
+    parser.add_argument(
+        "--verify",
+        metavar="RUN_DIR",
+        help="instead: re-score RUN_DIR's checkpoint, whose step has a check, and record both",
+    )
     args = parser.parse_args()
     elo.use_cpu_cores()  # the devices `elo meta-train` validates on
+    if args.verify:
+        verify(Path(args.verify), Path(args.results_dir) / args.run)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         state = restore(args.commit, args.run, Path(tmp))
     step = int(state.step)
