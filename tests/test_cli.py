@@ -628,3 +628,16 @@ def test_validation_task_list_errors_name_the_flag(tmp_path, value, capsys):
     argv += ["--validate-every", "1", "--validate-task", value]
     assert main(argv) == 2
     assert "--validate-task" in capsys.readouterr().err
+
+
+def test_a_repeated_interrupt_cannot_abort_the_checkpoint_of_the_first():
+    """While the interrupted run saves its checkpoint, Ctrl-C and SIGTERM are ignored; the
+    handlers come back afterwards."""
+    from elo.cli._meta_train import _signals_ignored
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with _signals_ignored(True):
+        os.kill(os.getpid(), signal.SIGINT)  # would raise KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGTERM)  # would end the process
+        time.sleep(0.05)
+    assert {s: signal.getsignal(s) for s in before} == before

@@ -381,6 +381,21 @@ def _run(
     )
 
 
+@contextlib.contextmanager
+def _signals_ignored(in_main_thread: bool):
+    """Ctrl-C and SIGTERM ignored for the duration: a repeated one must not abort the
+    checkpoint that the first one asked for."""
+    if not in_main_thread:
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def _loop(
     state: MetaState,
     run_key: Any,
@@ -467,7 +482,8 @@ def _loop(
         except KeyboardInterrupt:
             bar.close()
             if saved_at != step:
-                save_now()
+                with _signals_ignored(in_main_thread):
+                    save_now()
                 done = f"checkpoint saved at outer step {step}"
             elif step > 0:
                 done = f"the checkpoint of outer step {step} is up to date"

@@ -63,27 +63,53 @@ def steps_done(run_dir: Path) -> int:
     return records[-1]["step"] if records else 0
 
 
-def run_meta_train(argv: list[str], log_path: Path) -> tuple[int, bool]:
-    """Run `elo meta-train` with its output appended to `log_path`: `(exit code, stop)`.
+class StopRequest:
+    """SIGTERM or SIGINT to the driver while it runs a segment, made into an orderly stop.
 
-    A SIGTERM to this driver is passed on to the run, which checkpoints the step it is at and
-    exits; `stop` then says the driver was asked to stop, so that it records the run's segment
-    and starts no other run. (Killed at once, it would leave the segment unrecorded.)
+    Installed from before the run starts until its segment is recorded: the first signal is
+    passed on to the run once, as SIGTERM (it checkpoints the step it is at and exits); a
+    repeated one is not passed on, since it could interrupt that checkpoint. `signum` is the
+    first signal received, None while there is none.
     """
-    stop = []
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.child: subprocess.Popen | None = None
+        self._forwarded = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopRequest":
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum, frame) -> None:
+        self.signum = self.signum or signum
+        self.forward()
+
+    def forward(self) -> None:
+        """Pass a received stop on to the run, once."""
+        if self.signum is not None and self.child is not None and not self._forwarded:
+            self._forwarded = True
+            self.child.send_signal(signal.SIGTERM)
+
+
+def run_meta_train(argv: list[str], log_path: Path, stop: StopRequest) -> int:
+    """Run `elo meta-train` with its output appended to `log_path`; its exit code.
+
+    The run gets a session of its own, so that a terminal's Ctrl-C reaches only the driver,
+    which passes it on once (`StopRequest`).
+    """
     with open(log_path, "a") as f:
-        child = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT)
-
-        def forward(signum, frame):
-            stop.append(signum)
-            child.send_signal(signal.SIGTERM)
-
-        previous = signal.signal(signal.SIGTERM, forward)
-        try:
-            code = child.wait()
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-    return code, bool(stop)
+        stop.child = subprocess.Popen(
+            argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        stop.forward()  # a stop that came while the run was starting
+        return stop.child.wait()
 
 
 def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: bool, args) -> bool:
@@ -106,20 +132,22 @@ def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: boo
             log_path = Path(args.runs_dir) / "logs" / (name.replace("/", "_") + ".log")
             log_path.parent.mkdir(parents=True, exist_ok=True)
             started = time.time()
-            code, stop = run_meta_train(meta_train_argv(arm, seed, out, fields, pilot), log_path)
-            segment = {
-                "environment": common.environment(),
-                "from_step": start,
-                "to_step": steps_done(out),
-                "seconds": time.time() - started,
-                "exit_code": code,
-            }
-            segments_path = results / "segments.json"
-            segments = common.load_json(segments_path) if segments_path.is_file() else []
-            common.write_json(segments_path, [*segments, segment])
-            if stop:
+            with StopRequest() as stop:
+                argv = meta_train_argv(arm, seed, out, fields, pilot)
+                code = run_meta_train(argv, log_path, stop)
+                segment = {
+                    "environment": common.environment(),
+                    "from_step": start,
+                    "to_step": steps_done(out),
+                    "seconds": time.time() - started,
+                    "exit_code": code,
+                }
+                segments_path = results / "segments.json"
+                segments = common.load_json(segments_path) if segments_path.is_file() else []
+                common.write_json(segments_path, [*segments, segment])
+            if stop.signum is not None:
                 log(f"{name}: stopped at step {segment['to_step']}; the same command resumes it")
-                raise SystemExit(0)
+                raise SystemExit(128 + stop.signum)
             if code != 0:
                 log(f"{name}: elo meta-train exited with {code} at step {segment['to_step']}")
                 return True

@@ -150,9 +150,11 @@ time.sleep(60)
 """
 
 
-def test_a_stopped_driver_records_the_segment_and_starts_no_other_run(tmp_path):
-    """SIGTERM to a driver reaches its meta-train run (which checkpoints and exits); the driver
-    records the run's segment and exits instead of starting the next run."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_driver_records_the_segment_and_starts_no_other_run(tmp_path, signum):
+    """SIGTERM (or a terminal's Ctrl-C) to a driver reaches its meta-train run once, which
+    checkpoints and exits; the driver records the run's segment and exits with 128 + the
+    signal's number instead of starting the next run."""
     runs, results = tmp_path / "runs", tmp_path / "results"
     driver = f"""
 import argparse, sys
@@ -170,14 +172,17 @@ print("the driver went on")
     process = subprocess.Popen(
         [sys.executable, "-c", driver], cwd=root, env=env, stdout=subprocess.PIPE, text=True
     )
-    started = runs / "main" / "pes_celo2" / "s0" / "started"
-    deadline = time.monotonic() + 120
-    while not started.is_file():
-        assert process.poll() is None and time.monotonic() < deadline, "the run never started"
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    out, _ = process.communicate(timeout=60)
-    assert process.returncode == 0 and "the driver went on" not in out
+    try:
+        started = runs / "main" / "pes_celo2" / "s0" / "started"
+        deadline = time.monotonic() + 120
+        while not started.is_file():
+            assert process.poll() is None and time.monotonic() < deadline, "the run never started"
+            time.sleep(0.05)
+        process.send_signal(signum)
+        out, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signum and "the driver went on" not in out
     segments = common.load_json(results / "main" / "pes_celo2" / "s0" / "segments.json")
     assert [(s["from_step"], s["to_step"], s["exit_code"]) for s in segments] == [(0, 3, 130)]
     assert not (runs / "main" / "pes_celo2" / "s1").exists()
