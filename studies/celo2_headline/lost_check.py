@@ -11,9 +11,10 @@ scores, on one JAX device per core as `elo meta-train` does), and writes
 checks.
 
 That this reproduces a check was tested on the same run's step-1000 checkpoint, whose own check
-scored 1.2858840624491374: re-scored this way it gives the same number to the last digit (in a
-process with a single CPU device, 1.2326: the device count moves the score at float level).
-Step 750 scores 1.5943 (1.6589 with one device); the run's best stays 1.2859 at step 1000.
+scored 1.2858840624491374: `--verify RUN_DIR` re-scored it to the same number to the last digit
+(`verified_checks.json`). A first try in a process with a single CPU device gave 1.2326, and
+1.6589 for step 750 (not kept): the device count moves the score at float level. Step 750
+scores 1.5943; the run's best stays 1.2859 at step 1000.
 
     python -m studies.celo2_headline.lost_check --commit 82681a0 \
         --run pilot/elo_celo2_lr3e-03_cpu_10_40
