@@ -48,8 +48,14 @@ def restore(commit: str, run: str, into: Path) -> elo.MetaState:
             ["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, check=True
         ).stdout
         (into / name).write_bytes(blob)
-    config = elo.MetaConfig.from_dict(json.loads((into / "config.json").read_text())["config"])
-    return elo.load(into / "checkpoint.eqx", like=elo.init(config, key=jr.key(0)))
+    return load_state(into)
+
+
+def load_state(run_dir: Path) -> elo.MetaState:
+    """A run directory's checkpoint, read into the state its config.json rebuilds (as
+    `elo meta-train` resumes it)."""
+    config = elo.MetaConfig.from_dict(json.loads((run_dir / "config.json").read_text())["config"])
+    return elo.load(run_dir / "checkpoint.eqx", like=elo.init(config, key=jr.key(0)))
 
 
 def check(state: elo.MetaState) -> dict:
@@ -79,8 +85,7 @@ def check(state: elo.MetaState) -> dict:
 def verify(run_dir: Path, results: Path) -> None:
     """Re-score a run directory's checkpoint as `check` does and record it beside the check the
     run made at that step (`verified_checks.json`): the evidence that `check` reproduces one."""
-    config = elo.MetaConfig.from_dict(json.loads((run_dir / "config.json").read_text())["config"])
-    state = elo.load(run_dir / "checkpoint.eqx", like=elo.init(config, key=jr.key(0)))
+    state = load_state(run_dir)
     step = int(state.step)
     own = [r for r in elo.read_validation(run_dir) if r["step"] == step]
     if not own:

@@ -372,12 +372,19 @@ def commit_counts(results) -> dict[str, int]:
     return dict(sorted(commits.items()))
 
 
+def segment_commit(segment: dict[str, Any]) -> str:
+    """The commit of the code that ran a meta-training segment: its `source_commit` where
+    recorded (a copy of the code whose git directory could not tell it), else its
+    environment's."""
+    return segment.get("source_commit") or segment["environment"].get("commit", "unknown")
+
+
 def provenance(results, root: Path) -> dict[str, Any]:
     """The commits that produced the results: of the evaluations (each JSON's environment) and
     of the meta-training segments; whether the evaluation settings are the current ones."""
     meta: set[str] = set()
     for path in sorted(root.glob("main/*/s*/segments.json")):
-        meta |= {s.get("environment", {}).get("commit", "unknown") for s in common.load_json(path)}
+        meta |= {segment_commit(s) for s in common.load_json(path)}
     recorded = root / "evaluation" / "settings.json"
     same = (
         common.load_json(recorded)["settings"] == settings.evaluation()

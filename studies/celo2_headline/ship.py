@@ -216,15 +216,9 @@ def command_note(sources: dict[str, str]) -> str | None:
     )
 
 
-def segment_commit(segment: dict[str, Any]) -> str:
-    """The commit of the code that ran a segment: its `source_commit` where recorded (a copy of
-    the code whose git directory could not tell it), else its environment's."""
-    return segment.get("source_commit") or segment["environment"].get("commit", "unknown")
-
-
 def _environment(segment: dict[str, Any]) -> dict[str, Any]:
     """A segment's machine and software, its commit the code's (`segment_commit`)."""
-    return segment["environment"] | {"commit": segment_commit(segment)}
+    return segment["environment"] | {"commit": report.segment_commit(segment)}
 
 
 def training_segments(segments: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:
@@ -396,7 +390,7 @@ def summary_text(meta, spent: dict[str, Any], verdict: str, finished: int, cavea
 def _segments_record(segments: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         {k: s.get(k) for k in ("from_step", "to_step", "seconds", "exit_code")}
-        | {"commit": segment_commit(s), "environment": s["environment"]}
+        | {"commit": report.segment_commit(s), "environment": s["environment"]}
         for s in segments
     ]
 
@@ -434,8 +428,8 @@ def provenance(root: Path, metas, run: tuple[str, int], summary, missing: list[s
     study_settings = load_optional(root / "settings.json")
     values, sources = recorded_settings(study_settings, meta)
     commits = {
-        "trained": list(dict.fromkeys(segment_commit(s) for s in trained)),
-        "run": list(dict.fromkeys(segment_commit(s) for s in segments)),
+        "trained": list(dict.fromkeys(report.segment_commit(s) for s in trained)),
+        "run": list(dict.fromkeys(report.segment_commit(s) for s in segments)),
         "shipped": common.git_commit(),
     }
     return {

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from studies import common
 from studies.celo2_headline import report, settings
 
 
@@ -469,3 +470,14 @@ def test_evaluate_shipped_writes_where_the_report_reads(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["evaluate", "shipped", "--results-dir", str(tmp_path)])
     evaluate.main()
     assert ran == [tmp_path / "evaluation"]
+
+
+def test_provenance_names_the_source_commit_of_a_copied_segment(tmp_path):
+    """A segment made from a copy of the code records the commit it came from in
+    `source_commit`, which wins over what its environment's git said."""
+    segments = [
+        {"environment": {"commit": "aaaaaaa"}, "from_step": 0, "to_step": 5},
+        {"environment": {"commit": "stale-dirty"}, "source_commit": "bbbbbbb", "from_step": 5},
+    ]
+    common.write_json(tmp_path / "main" / "elo_celo2" / "s0" / "segments.json", segments)
+    assert report.provenance({}, tmp_path)["meta_training_commits"] == ["aaaaaaa", "bbbbbbb"]
