@@ -58,7 +58,11 @@ from ._pylo import (
     import_pylo as import_pylo,
     pylo_state_dict as pylo_state_dict,
 )
-from ._run_dir import read_metrics as read_metrics, read_validation as read_validation
+from ._run_dir import (
+    read_metrics as read_metrics,
+    read_sessions as read_sessions,
+    read_validation as read_validation,
+)
 from ._schedules import (
     ramp as ramp,
     SupervisionSchedule as SupervisionSchedule,

@@ -17,6 +17,9 @@ METRICS_FILE = "metrics.jsonl"
 BEST_OPTIMIZER = "best_optimizer.eqx"
 """The learned optimizer with the best meta-validation score so far (`--validate-every`)."""
 
+SESSIONS_FILE = "sessions.jsonl"
+"""One record per start or resume of `elo meta-train` on the directory ([`elo.read_sessions`][])."""
+
 LOCK_FILE = ".lock"
 """Held (`flock`) by the process using the directory."""
 
@@ -59,6 +62,42 @@ def read_validation(run: str | Path) -> list[dict[str, Any]]:
     tasks, their mean `score` and each task's result under `per_task`).
     """
     return [r for r in _read_records(_metrics_path(run)) if isinstance(r.get("validation"), dict)]
+
+
+def read_sessions(run: str | Path) -> list[dict[str, Any]]:
+    """What ran each stretch of a run of `elo meta-train`: one record per start or resume.
+
+    **Arguments:**
+
+    - `run`: the run directory.
+
+    **Returns:**
+
+    One dict per start, in order: `from_step` (the outer step it started from), `started` (UTC,
+    ISO 8601), `options` (the command's parsed options) and `environment` (elo, jax and Python
+    versions, backend, `device_count`, platform, CPU count and load). The stretch a record
+    covers ends where the next one starts. Runs made before elo recorded them have none; a torn
+    or unreadable line is left out.
+
+    !!! example
+
+        ```python
+        for session in elo.read_sessions("runs/elo"):
+            print(session["from_step"], session["environment"]["device_count"])
+        ```
+    """
+    path = Path(run) / SESSIONS_FILE
+    if not path.is_file():
+        return []
+    sessions = []
+    for line in path.read_bytes().splitlines(keepends=True):
+        try:
+            record = json.loads(line) if line.endswith(b"\n") else None
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and isinstance(record.get("from_step"), int):
+            sessions.append(record)
+    return sessions
 
 
 def _metrics_path(run: str | Path) -> Path:

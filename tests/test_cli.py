@@ -1,5 +1,6 @@
 """The `elo` command: meta-train (resume, crash safety), evaluate, plot, export, errors."""
 
+import argparse
 import contextlib
 import fcntl
 import io
@@ -13,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import jax.random as jr
 import numpy as np
 import pytest
@@ -77,6 +79,10 @@ def test_meta_train_writes_config_metrics_checkpoint_and_a_progress_bar(straight
     # tqdm: a rate, an ETA bracket and the current meta-loss.
     assert "meta-train" in progress and "meta_loss=" in progress
     assert "step/s" in progress or "s/step" in progress
+    (session,) = elo.read_sessions(out)
+    assert session["from_step"] == 0 and session["options"]["preset"] == "pes_small_fc"
+    assert session["options"]["steps"] == STEPS
+    assert session["environment"]["device_count"] == jax.device_count()
 
 
 def test_rerunning_a_complete_run_does_nothing(straight, capsys):
@@ -88,6 +94,7 @@ def test_rerunning_a_complete_run_does_nothing(straight, capsys):
     assert f"--init-from {out}" in captured.out
     assert "Resuming" not in captured.err  # nothing is resumed
     assert (out / "metrics.jsonl").read_bytes() == before
+    assert len(elo.read_sessions(out)) == 1  # nothing ran, so no session
 
 
 def test_crash_and_resume_reproduce_the_straight_run_bitwise(straight, tmp_path, monkeypatch):
@@ -118,6 +125,7 @@ def test_crash_and_resume_reproduce_the_straight_run_bitwise(straight, tmp_path,
     assert not list(out.glob(".*.tmp"))
     assert bitwise_equal(load_optimizer(out), load_optimizer(straight[0]))
     assert _without_time(_records(out)) == _without_time(_records(straight[0]))
+    assert [s["from_step"] for s in elo.read_sessions(out)] == [0, 3]
 
 
 def test_keyboard_interrupt_checkpoints_and_exits_130(tmp_path, monkeypatch, capsys):
@@ -242,6 +250,7 @@ def test_a_failed_start_leaves_nothing_that_blocks_the_corrected_command(tmp_pat
     saved["config"]["tasks"] = ["mlp-w32-d1_mnsit-8x8x1"]
     (poisoned / "config.json").write_text(json.dumps(saved))
     (poisoned / "metrics.jsonl").write_text('{"step": 1, "meta_loss": 1.0}\n')
+    (poisoned / "sessions.jsonl").write_text('{"from_step": 0}\n')
     capsys.readouterr()
     assert main(["meta-train", *TINY, "--steps", str(STEPS), "--out", str(poisoned)]) == 0
     err = capsys.readouterr().err
@@ -250,6 +259,9 @@ def test_a_failed_start_leaves_nothing_that_blocks_the_corrected_command(tmp_pat
     assert kept.read_text() == '{"step": 1, "meta_loss": 1.0}\n'
     assert (poisoned / "config.json").read_text() == (out / "config.json").read_text()
     assert [r["step"] for r in _records(poisoned)] == list(range(1, STEPS + 1))
+    (kept,) = poisoned.glob("sessions.jsonl.replaced-*")
+    assert kept.read_text() == '{"from_step": 0}\n'
+    assert len(elo.read_sessions(poisoned)) == 1 and "options" in elo.read_sessions(poisoned)[0]
 
 
 def test_a_finished_run_is_not_extended_and_init_from_starts_a_new_one(
@@ -641,3 +653,15 @@ def test_a_repeated_interrupt_cannot_abort_the_checkpoint_of_the_first():
         os.kill(os.getpid(), signal.SIGTERM)  # would end the process
         time.sleep(0.05)
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_torn_sessions_line_is_skipped_and_cannot_swallow_the_next_record(tmp_path):
+    """A kill mid-write leaves a line without its newline; the next start closes it first."""
+    from elo.cli._sessions import record_session
+
+    (tmp_path / "sessions.jsonl").write_text('{"from_step": 0, "started": "2026')
+    assert elo.read_sessions(tmp_path) == []
+    record_session(tmp_path, 5, argparse.Namespace(preset="pes_small_fc", func=print))
+    (session,) = elo.read_sessions(tmp_path)
+    assert session["from_step"] == 5 and session["options"] == {"preset": "pes_small_fc"}
+    assert elo.read_sessions(tmp_path / "missing") == []

@@ -30,6 +30,7 @@ from ..tasks import AbstractTask
 from ._common import CLIError, parse_overrides
 from ._metrics_file import clean_record, read_validation, repair_metrics
 from ._run_dir_guard import check_run_dir, locked, replace_earlier_start
+from ._sessions import record_session
 from ._task_factory import resolve_tasks, TASK_HELP
 from ._validator import validation_settings, Validator
 
@@ -39,8 +40,9 @@ Meta-train a learned optimizer from a preset, in a run directory that can be res
 
 The directory receives config.json (preset, seed and the full MetaConfig), metrics.jsonl (one
 JSON object per outer step: step, seconds, meta_loss, task_loss, resets, buffer_resumes,
-max_inner_step, alpha, nonfinite, ...) and checkpoint.eqx (written atomically every
---checkpoint-every steps and at the end). Running the same command again resumes from the last
+max_inner_step, alpha, nonfinite, ...), checkpoint.eqx (written atomically every
+--checkpoint-every steps and at the end) and sessions.jsonl (one record per start or resume: the
+step, the options, and the elo/jax versions and devices it ran with). Running the same command again resumes from the last
 checkpoint and reproduces the uninterrupted run exactly; a run killed at any moment loses at
 most --checkpoint-every steps. A directory without a checkpoint holds no run yet: a command with
 other settings starts afresh there. A run cannot be extended (--steps shapes its schedules):
@@ -348,6 +350,8 @@ def _run(
                 file=sys.stderr,
             )
         repair_metrics(metrics_path, start)
+        if start < total:
+            record_session(out, start, args)
     if 0 < start < total:
         print(f"Resuming {out} from outer step {start} of {total}.", file=sys.stderr)
     validator = None

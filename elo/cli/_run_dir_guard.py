@@ -13,7 +13,14 @@ from typing import Any
 
 from .._checkpoint import config_differences, read_checkpoint
 from .._config import MetaConfig
-from .._run_dir import BEST_OPTIMIZER, CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_CHECKPOINT
+from .._run_dir import (
+    BEST_OPTIMIZER,
+    CONFIG_FILE,
+    LOCK_FILE,
+    METRICS_FILE,
+    RUN_CHECKPOINT,
+    SESSIONS_FILE,
+)
 from ._common import CLIError
 from ._metrics_file import aside_name
 
@@ -130,7 +137,7 @@ def replace_earlier_start(out: Path, earlier: str) -> None:
     """Make way for a fresh start over an earlier one that never reached a checkpoint, keeping
     what it wrote under other names."""
     kept = []
-    for path in (out / METRICS_FILE, out / BEST_OPTIMIZER):
+    for path in (out / METRICS_FILE, out / BEST_OPTIMIZER, out / SESSIONS_FILE):
         if path.exists():
             aside = aside_name(path, "replaced")
             os.replace(path, aside)

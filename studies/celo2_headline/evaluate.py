@@ -134,9 +134,11 @@ def run_baselines(out: Path) -> None:
 
 
 def run_learned(out: Path, results: Path) -> None:
-    for meta in sorted(results.glob("main/*/s*/meta.json")):
-        run = meta.parent
-        for which in ("best", "final"):
+    # Every run's selected checkpoint before any final one: the rule judges the selected ones,
+    # and the final ones (reported, not judged) double the cost.
+    for which in ("best", "final"):
+        for meta in sorted(results.glob("main/*/s*/meta.json")):
+            run = meta.parent
             lo = elo.load_optimizer(run / f"{which}_optimizer.eqx")
             name = f"{run.parent.name}/{run.name}/{which}"
             for task, horizon in cells():

@@ -63,6 +63,13 @@ def steps_done(run_dir: Path) -> int:
     return records[-1]["step"] if records else 0
 
 
+def run_environment(out: Path, start: int) -> dict[str, Any]:
+    """`{"run_environment": ...}`: what `elo meta-train` itself ran with from `start` (its
+    devices, not the driver's), from the run's sessions file; empty when it recorded none."""
+    sessions = [s for s in elo.read_sessions(out) if s["from_step"] == start]
+    return {"run_environment": sessions[-1]["environment"]} if sessions else {}
+
+
 class StopRequest:
     """SIGTERM or SIGINT to the driver while it runs a segment, made into an orderly stop.
 
@@ -142,6 +149,7 @@ def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: boo
                     "seconds": time.time() - started,
                     "exit_code": code,
                 }
+                segment.update(run_environment(out, start))
                 segments_path = results / "segments.json"
                 segments = common.load_json(segments_path) if segments_path.is_file() else []
                 common.write_json(segments_path, [*segments, segment])

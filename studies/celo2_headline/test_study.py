@@ -144,6 +144,8 @@ out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
 lines = [json.dumps({"step": t, "seconds": 0.0, "meta_loss": 1.0}) for t in (1, 2, 3)]
 (out / "metrics.jsonl").write_text("\\n".join(lines) + "\\n")
+session = {"from_step": 0, "options": {}, "environment": {"device_count": 2}}
+(out / "sessions.jsonl").write_text(json.dumps(session) + "\\n")
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
 (out / "started").touch()
 time.sleep(60)
@@ -185,4 +187,5 @@ print("the driver went on")
     assert process.returncode == 128 + signum and "the driver went on" not in out
     segments = common.load_json(results / "main" / "pes_celo2" / "s0" / "segments.json")
     assert [(s["from_step"], s["to_step"], s["exit_code"]) for s in segments] == [(0, 3, 130)]
+    assert segments[0]["run_environment"]["device_count"] == 2  # the run's, not the driver's
     assert not (runs / "main" / "pes_celo2" / "s1").exists()
