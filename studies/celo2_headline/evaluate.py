@@ -14,6 +14,8 @@ the work (a lock per result).
 `shipped` tunes every optimizer of `elo.available_pretrained()` (`elo.pretrained(name)`) on every
 cell into `shipped/<name>/<task>@<horizon>.json`: its test loss at `learning_rate=1` (the
 result's `default_test_loss`) beside the tuned one, which the report sets beside tuned AdamW's.
+Each result records the SHA-256 of the weights it was made with; a result made with other
+weights is set aside (`<file>.stale-<digest>`) and made again, and the report ignores it.
 These results are reported beside the study, outside its decision rule.
 """
 
@@ -28,7 +30,7 @@ import numpy as np
 
 import elo
 from studies import common
-from studies.celo2_headline import settings, tasks
+from studies.celo2_headline import report, settings, tasks
 
 
 HERE = Path(__file__).parent
@@ -102,8 +104,11 @@ def summarise(tuned: Any, seconds: float) -> dict[str, Any]:
     }
 
 
-def tune_cached(path: Path, optimizer: Any, task_name: str, horizon: int) -> None:
-    """Tune `optimizer` on one cell into `path`, unless it exists or another driver has it."""
+def tune_cached(
+    path: Path, optimizer: Any, task_name: str, horizon: int, extra: dict[str, Any] | None = None
+) -> None:
+    """Tune `optimizer` on one cell into `path` (with `extra`'s entries), unless it exists or
+    another driver has it."""
     if path.is_file():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +128,7 @@ def tune_cached(path: Path, optimizer: Any, task_name: str, horizon: int) -> Non
             seeds=settings.EVAL_SEEDS,
             eval_every=max(1, horizon // 10),
         )
-        common.write_json(path, summarise(tuned, time.perf_counter() - started))
+        common.write_json(path, summarise(tuned, time.perf_counter() - started) | (extra or {}))
         log(f"{path.relative_to(path.parents[2])}: {time.perf_counter() - started:.0f} s")
 
 
@@ -158,11 +163,26 @@ def run_long_horizon(out: Path) -> None:
                 tune_cached(path, lo, task, LONG_HORIZON)
 
 
+def set_aside_stale(path: Path, digest: str) -> None:
+    """Rename a cached result made with other weights than `digest` (or with no record of
+    them) to `<name>.stale-<its digest>`, kept but no longer read, so that it is made again."""
+    if path.is_file():
+        made_with = common.load_json(path).get("weights_sha256") or "unknown"
+        if made_with != digest:
+            path.replace(path.with_name(f"{path.name}.stale-{made_with[:12]}"))
+            log(f"{path.name}: made with other weights ({made_with[:12]}); set aside, redone")
+
+
 def run_shipped(out: Path) -> None:
     for name in sorted(elo.available_pretrained()):
         lo = elo.pretrained(name)
+        digest = report.weights_digest(name)
+        if digest is None:
+            raise SystemExit(f"{report.PRETRAINED / name}.eqx is missing: reinstall elo.")
         for task, horizon in cells():
-            tune_cached(out / "shipped" / name / f"{task}@{horizon}.json", lo, task, horizon)
+            path = out / "shipped" / name / f"{task}@{horizon}.json"
+            set_aside_stale(path, digest)
+            tune_cached(path, lo, task, horizon, {"weights_sha256": digest})
 
 
 def main() -> None:

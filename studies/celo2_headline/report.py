@@ -30,6 +30,7 @@ Conventions (those of the README's protocol):
 """
 
 import argparse
+import hashlib
 import math
 from pathlib import Path
 from typing import Any
@@ -327,16 +328,31 @@ def shipped_names(evaluation: Path) -> list[str]:
     return sorted(found | {p.stem for p in PRETRAINED.glob("*.json")})
 
 
-def shipped_optimizer(folder: Path, adamw: dict[str, float | None]) -> dict[str, Any]:
+def weights_digest(name: str) -> str | None:
+    """The SHA-256 of the package's `<name>.eqx` (None when the package does not ship it): a
+    shipped optimizer's results count only for the weights they were made with."""
+    path = PRETRAINED / f"{name}.eqx"
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def shipped_optimizer(
+    folder: Path, adamw: dict[str, float | None], digest: str | None = None
+) -> dict[str, Any]:
     """One shipped optimizer's results in `folder` on every cell (`adamw`: tuned AdamW's value
-    by cell): per cell `shipped_cell`, its status, and the cells where its default works."""
+    by cell): per cell `shipped_cell`, its status, and the cells where its default works. With
+    `digest` (`weights_digest`), a result made with other weights (its `weights_sha256` differs
+    or is absent) is stale: left out, as if missing, and counted."""
     found = {k: folder / f"{k}.json" for k in adamw if (folder / f"{k}.json").is_file()}
-    results = {k: common.load_json(path) for k, path in found.items()}
+    loaded = {k: common.load_json(path) for k, path in found.items()}
+    results = {
+        k: r for k, r in loaded.items() if digest is None or r.get("weights_sha256") == digest
+    }
     cells = {k: shipped_cell(results.get(k), reference) for k, reference in adamw.items()}
     works = [c["default_works"] for c in cells.values()]
     return {
         "status": shipped_status(len(results), len(cells)),
         "present": len(results),
+        "stale": len(loaded) - len(results),
         "default_step": {
             "works": sum(w is True for w in works),
             "judged": sum(w is not None for w in works),
@@ -360,7 +376,10 @@ def shipped(evaluation: Path, table) -> dict[str, Any]:
     verdict nor the status line's counts."""
     adamw = {k: row["adamw"]["value"] if row["adamw"] else None for k, row in table.items()}
     folder = evaluation / "shipped"
-    return {name: shipped_optimizer(folder / name, adamw) for name in shipped_names(evaluation)}
+    return {
+        name: shipped_optimizer(folder / name, adamw, weights_digest(name))
+        for name in shipped_names(evaluation)
+    }
 
 
 def commit_counts(results) -> dict[str, int]:

@@ -417,6 +417,28 @@ def test_a_shipped_optimizer_without_results_is_pending(tmp_path, monkeypatch):
     assert "- `celo2_new`: pending;" in text
 
 
+def test_shipped_results_made_with_other_weights_are_stale_and_left_out(tmp_path, monkeypatch):
+    """A result counts only for the weights it was made with: a re-shipped name's old results
+    (another or no `weights_sha256`) read as missing, and are counted as stale."""
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "celo2_x.json").write_text("{}")
+    (package / "celo2_x.eqx").write_bytes(b"new weights")
+    monkeypatch.setattr(report, "PRETRAINED", package)
+    digest = report.weights_digest("celo2_x")
+    assert digest is not None and report.weights_digest("absent") is None
+    _tree(tmp_path)
+    _shipped(tmp_path, "celo2_x")  # no weights_sha256: made before results recorded it
+    folder = tmp_path / "evaluation" / "shipped" / "celo2_x"
+    for key, mark in ((KEYS[0], digest), (KEYS[1], "0" * 64)):
+        path = folder / f"{key}.json"
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"weights_sha256": mark}))
+    entry = report.summarise(tmp_path)["shipped"]["celo2_x"]
+    assert entry["present"] == 1 and entry["stale"] == 13
+    assert entry["status"] == "incomplete: 1 of 14 cells present"
+    assert entry["cells"][KEYS[0]]["present"] and not entry["cells"][KEYS[1]]["present"]
+
+
 def test_the_report_reads_the_packages_shipped_optimizers():
     elo_dir = Path(importlib.util.find_spec("elo").origin).parent  # without importing elo
     assert REAL_PRETRAINED == elo_dir / "pretrained"
@@ -456,12 +478,18 @@ def test_evaluate_shipped_writes_where_the_report_reads(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluate.elo, "available_pretrained", lambda: {"b": {}, "a": {}})
     monkeypatch.setattr(evaluate.elo, "pretrained", lambda name: f"lo:{name}")
     monkeypatch.setattr(evaluate, "tune_cached", lambda *args: calls.append(args))
+    for name in ("a", "b"):
+        (report.PRETRAINED / f"{name}.eqx").write_bytes(name.encode())
     evaluate.run_shipped(tmp_path / "evaluation")
     assert [c[1] for c in calls] == ["lo:a"] * 14 + ["lo:b"] * 14
     assert [f"{c[2]}@{c[3]}" for c in calls] == KEYS * 2
+    assert {c[4]["weights_sha256"] for c in calls} == {
+        report.weights_digest("a"),
+        report.weights_digest("b"),
+    }
     _tree(tmp_path)
-    for path, *_ in calls:
-        _write(path, _result(0.9, False, 1.0, "abc1234"))
+    for path, *_, extra in calls:
+        _write(path, _result(0.9, False, 1.0, "abc1234") | extra)
     ships = report.summarise(tmp_path)["shipped"]
     assert {n: s["present"] for n, s in ships.items()} == {"a": 14, "b": 14}
 

@@ -189,3 +189,20 @@ print("the driver went on")
     assert [(s["from_step"], s["to_step"], s["exit_code"]) for s in segments] == [(0, 3, 130)]
     assert segments[0]["run_environment"]["device_count"] == 2  # the run's, not the driver's
     assert not (runs / "main" / "pes_celo2" / "s1").exists()
+
+
+def test_a_shipped_result_made_with_other_weights_is_set_aside(tmp_path):
+    """`evaluate.py shipped` keeps a cached result only for the weights it was made with."""
+    from studies.celo2_headline import evaluate
+
+    path = tmp_path / "task@100.json"
+    common.write_json(path, {"test_loss": 1.0, "weights_sha256": "a" * 64})
+    evaluate.set_aside_stale(path, "a" * 64)
+    assert path.is_file()  # the same weights: kept
+    evaluate.set_aside_stale(path, "b" * 64)
+    assert not path.is_file()
+    assert common.load_json(tmp_path / f"task@100.json.stale-{'a' * 12}")["test_loss"] == 1.0
+    common.write_json(path, {"test_loss": 2.0})  # made before results recorded their weights
+    evaluate.set_aside_stale(path, "b" * 64)
+    assert (tmp_path / "task@100.json.stale-unknown").is_file() and not path.is_file()
+    evaluate.set_aside_stale(path, "b" * 64)  # nothing there: nothing to do
