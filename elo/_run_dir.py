@@ -1,4 +1,5 @@
-"""The files of a run directory of `elo meta-train`, named in one place, and reading its metrics."""
+"""The files of a run directory of `elo meta-train`, named in one place; reading its metrics and
+sessions."""
 
 import json
 from pathlib import Path
@@ -69,15 +70,18 @@ def read_sessions(run: str | Path) -> list[dict[str, Any]]:
 
     **Arguments:**
 
-    - `run`: the run directory.
+    - `run`: the run directory, or its `sessions.jsonl`.
 
     **Returns:**
 
     One dict per start, in order: `from_step` (the outer step it started from), `started` (UTC,
-    ISO 8601), `options` (the command's parsed options) and `environment` (elo, jax and Python
-    versions, backend, `device_count`, platform, CPU count and load). The stretch a record
-    covers ends where the next one starts. Runs made before elo recorded them have none; a torn
-    or unreadable line is left out.
+    ISO 8601), `options` (the command's parsed options) and `environment` (elo, jax, jaxlib and
+    Python versions, backend, device kind, `device_count` over all processes,
+    `local_device_count`, `process_count`, platform, CPU model, count and load; in a run of
+    several processes, process 0's). The stretch a record covers ends where the next one
+    starts; a start that failed after recording (a compile error, say) covers no step. Running
+    a finished run again records nothing. Runs made before elo recorded sessions have none; a
+    torn or unreadable line is left out.
 
     !!! example
 
@@ -86,18 +90,27 @@ def read_sessions(run: str | Path) -> list[dict[str, Any]]:
             print(session["from_step"], session["environment"]["device_count"])
         ```
     """
-    path = Path(run) / SESSIONS_FILE
+    run = Path(run)
+    path = run / SESSIONS_FILE if run.is_dir() else run
     if not path.is_file():
         return []
-    sessions = []
-    for line in path.read_bytes().splitlines(keepends=True):
-        try:
-            record = json.loads(line) if line.endswith(b"\n") else None
-        except ValueError:
-            record = None
-        if isinstance(record, dict) and isinstance(record.get("from_step"), int):
-            sessions.append(record)
-    return sessions
+    return [r for r in map(_session, path.read_bytes().splitlines(keepends=True)) if r]
+
+
+def _session(line: bytes) -> dict[str, Any] | None:
+    """A complete line's record, or None when it is torn or not a session record."""
+    try:
+        record = json.loads(line) if line.endswith(b"\n") else None
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    step = record.get("from_step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    if not all(isinstance(record.get(k), dict) for k in ("options", "environment")):
+        return None
+    return record
 
 
 def _metrics_path(run: str | Path) -> Path:

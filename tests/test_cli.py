@@ -5,6 +5,7 @@ import contextlib
 import fcntl
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -661,7 +662,31 @@ def test_a_torn_sessions_line_is_skipped_and_cannot_swallow_the_next_record(tmp_
 
     (tmp_path / "sessions.jsonl").write_text('{"from_step": 0, "started": "2026')
     assert elo.read_sessions(tmp_path) == []
-    record_session(tmp_path, 5, argparse.Namespace(preset="pes_small_fc", func=print))
+    options = argparse.Namespace(preset="pes_small_fc", step_timeout=math.inf, func=print)
+    record_session(tmp_path, 5, options)
     (session,) = elo.read_sessions(tmp_path)
-    assert session["from_step"] == 5 and session["options"] == {"preset": "pes_small_fc"}
+    assert session["from_step"] == 5
+    assert session["options"] == {"preset": "pes_small_fc", "step_timeout": "inf"}
+    assert elo.read_sessions(tmp_path / "sessions.jsonl") == [session]
     assert elo.read_sessions(tmp_path / "missing") == []
+
+
+def test_records_that_are_not_sessions_are_left_out(tmp_path):
+    good = {"from_step": 3, "options": {}, "environment": {"device_count": 1}}
+    lines = [
+        good,
+        {"from_step": True, "options": {}, "environment": {}},  # a boolean is not a step
+        {"from_step": 4},  # no options or environment
+        [1, 2],
+    ]
+    text = "\n".join(json.dumps(x) for x in lines) + "\nnot json\n"
+    (tmp_path / "sessions.jsonl").write_text(text)
+    assert elo.read_sessions(tmp_path) == [good]
+
+
+def test_only_process_0_records_a_session(tmp_path, monkeypatch):
+    """In a run of several processes the others write nothing into the run directory."""
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    out = tmp_path / "run"
+    assert main(["meta-train", *TINY, "--steps", "1", "--out", str(out), "--no-progress"]) == 0
+    assert not (out / "sessions.jsonl").exists()

@@ -41,10 +41,10 @@ Meta-train a learned optimizer from a preset, in a run directory that can be res
 The directory receives config.json (preset, seed and the full MetaConfig), metrics.jsonl (one
 JSON object per outer step: step, seconds, meta_loss, task_loss, resets, buffer_resumes,
 max_inner_step, alpha, nonfinite, ...), checkpoint.eqx (written atomically every
---checkpoint-every steps and at the end) and sessions.jsonl (one record per start or resume: the
-step, the options, and the elo/jax versions and devices it ran with). Running the same command again resumes from the last
-checkpoint and reproduces the uninterrupted run exactly; a run killed at any moment loses at
-most --checkpoint-every steps. A directory without a checkpoint holds no run yet: a command with
+--checkpoint-every steps and at the end) and sessions.jsonl (one record per start or resume: its
+step, options, elo/jax versions and devices). Running the same command again resumes from the
+last checkpoint and reproduces the uninterrupted run exactly; a run killed at any moment loses
+at most --checkpoint-every steps. A directory without a checkpoint holds no run yet: a command with
 other settings starts afresh there. A run cannot be extended (--steps shapes its schedules):
 --init-from RUN starts a new run from RUN's learned optimizer instead.
 

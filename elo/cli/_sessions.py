@@ -8,6 +8,7 @@ environment. Read with [`elo.read_sessions`][].
 import argparse
 import datetime
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -16,19 +17,34 @@ from .._run_dir import SESSIONS_FILE
 from ._environment import environment
 
 
+def _jsonable(value: Any) -> Any:
+    """Strict JSON: a non-finite float (`--step-timeout inf`) is written as its name."""
+    return repr(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     """The command's parsed options that JSON can hold (not its handler function)."""
     simple = (str, int, float, bool, type(None))
-    return {
-        name: value
-        for name, value in sorted(vars(args).items())
-        if isinstance(value, simple)
-        or (isinstance(value, list) and all(isinstance(v, simple) for v in value))
-    }
+    out = {}
+    for name, value in sorted(vars(args).items()):
+        if isinstance(value, simple):
+            out[name] = _jsonable(value)
+        elif isinstance(value, list) and all(isinstance(v, simple) for v in value):
+            out[name] = [_jsonable(v) for v in value]
+    return out
+
+
+def _ends_torn(path: Path) -> bool:
+    """Whether the file's last line lacks its newline (a writer was killed mid-line)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return False
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
 
 
 def record_session(out: Path, from_step: int, args: argparse.Namespace) -> None:
-    """Append this process's record to `out`'s sessions file, durably.
+    """Append this process's record to `out`'s sessions file and sync it to disk.
 
     A line torn by an earlier kill is closed first, so that it cannot swallow this record.
     """
@@ -39,8 +55,8 @@ def record_session(out: Path, from_step: int, args: argparse.Namespace) -> None:
         "options": _options(args),
         "environment": environment(),
     }
-    torn = path.is_file() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+    line = json.dumps(record, allow_nan=False) + "\n"
     with open(path, "a") as f:
-        f.write(("\n" if torn else "") + json.dumps(record) + "\n")
+        f.write(("\n" if _ends_torn(path) else "") + line)
         f.flush()
         os.fsync(f.fileno())

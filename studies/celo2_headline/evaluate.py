@@ -15,12 +15,14 @@ the work (a lock per result).
 cell into `shipped/<name>/<task>@<horizon>.json`: its test loss at `learning_rate=1` (the
 result's `default_test_loss`) beside the tuned one, which the report sets beside tuned AdamW's.
 Each result records the SHA-256 of the weights it was made with; a result made with other
-weights is set aside (`<file>.stale-<digest>`) and made again, and the report ignores it.
+weights is set aside (`<file>.stale-<digest[:12]>`) and made again, and the report ignores it.
 These results are reported beside the study, outside its decision rule.
 """
 
 import argparse
 import fcntl
+import hashlib
+import importlib.resources
 import math
 import time
 from pathlib import Path
@@ -105,11 +107,20 @@ def summarise(tuned: Any, seconds: float) -> dict[str, Any]:
 
 
 def tune_cached(
-    path: Path, optimizer: Any, task_name: str, horizon: int, extra: dict[str, Any] | None = None
+    path: Path,
+    optimizer: Any,
+    task_name: str,
+    horizon: int,
+    weights_sha256: str | None = None,
 ) -> None:
-    """Tune `optimizer` on one cell into `path` (with `extra`'s entries), unless it exists or
-    another driver has it."""
-    if path.is_file():
+    """Tune `optimizer` on one cell into `path`, unless it exists or another driver has it.
+
+    With `weights_sha256` (a shipped optimizer's weights), the result records it, and a cached
+    result made with other weights (or with no record of them) is first set aside under a free
+    name (`<file>.stale-<its digest's first 12 hex digits, or unknown>[-N]`): kept, no longer
+    read, made again.
+    """
+    if path.is_file() and weights_sha256 is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
@@ -117,6 +128,8 @@ def tune_cached(
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return
+        if weights_sha256 is not None:
+            set_aside_stale(path, weights_sha256)
         if path.is_file():
             return
         started = time.perf_counter()
@@ -128,8 +141,29 @@ def tune_cached(
             seeds=settings.EVAL_SEEDS,
             eval_every=max(1, horizon // 10),
         )
-        common.write_json(path, summarise(tuned, time.perf_counter() - started) | (extra or {}))
+        result = summarise(tuned, time.perf_counter() - started)
+        if weights_sha256 is not None:
+            result["weights_sha256"] = weights_sha256
+        common.write_json(path, result)
         log(f"{path.relative_to(path.parents[2])}: {time.perf_counter() - started:.0f} s")
+
+
+def set_aside_stale(path: Path, digest: str) -> None:
+    """Rename a cached result made with other weights than `digest` (or with no record of
+    them) to a free `<name>.stale-<its digest[:12] or unknown>[-N]`. Call it holding the
+    result's lock."""
+    if not path.is_file():
+        return
+    made_with = common.load_json(path).get("weights_sha256") or "unknown"
+    if made_with == digest:
+        return
+    stem = f"{path.name}.stale-{made_with[:12]}"
+    target, n = path.with_name(stem), 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{stem}-{n}")
+    path.replace(target)
+    log(f"{path.name}: made with other weights ({made_with[:12]}); kept as {target.name}, redone")
 
 
 def run_baselines(out: Path) -> None:
@@ -141,9 +175,9 @@ def run_baselines(out: Path) -> None:
 def run_learned(out: Path, results: Path) -> None:
     # Every run's selected checkpoint before any final one: the rule judges the selected ones,
     # and the final ones (reported, not judged) double the cost.
+    runs = [meta.parent for meta in sorted(results.glob("main/*/s*/meta.json"))]
     for which in ("best", "final"):
-        for meta in sorted(results.glob("main/*/s*/meta.json")):
-            run = meta.parent
+        for run in runs:
             lo = elo.load_optimizer(run / f"{which}_optimizer.eqx")
             name = f"{run.parent.name}/{run.name}/{which}"
             for task, horizon in cells():
@@ -163,26 +197,28 @@ def run_long_horizon(out: Path) -> None:
                 tune_cached(path, lo, task, LONG_HORIZON)
 
 
-def set_aside_stale(path: Path, digest: str) -> None:
-    """Rename a cached result made with other weights than `digest` (or with no record of
-    them) to `<name>.stale-<its digest>`, kept but no longer read, so that it is made again."""
-    if path.is_file():
-        made_with = common.load_json(path).get("weights_sha256") or "unknown"
-        if made_with != digest:
-            path.replace(path.with_name(f"{path.name}.stale-{made_with[:12]}"))
-            log(f"{path.name}: made with other weights ({made_with[:12]}); set aside, redone")
+def installed_weights_digest(name: str) -> str:
+    """The SHA-256 of the weights `elo.pretrained(name)` loads (the installed package's file),
+    which must be the file the report reads (`report.weights_digest`, the source tree's)."""
+    installed = importlib.resources.files("elo") / "pretrained" / f"{name}.eqx"
+    if not installed.is_file():
+        raise SystemExit(f"elo ships no {name}.eqx ({installed}): reinstall elo.")
+    digest = hashlib.sha256(installed.read_bytes()).hexdigest()
+    if digest != report.weights_digest(name):
+        raise SystemExit(
+            f"the installed elo's {name}.eqx ({installed}) is not this source tree's "
+            f"({report.PRETRAINED}): install this tree (pip install -e .) and rerun."
+        )
+    return digest
 
 
 def run_shipped(out: Path) -> None:
     for name in sorted(elo.available_pretrained()):
+        digest = installed_weights_digest(name)
         lo = elo.pretrained(name)
-        digest = report.weights_digest(name)
-        if digest is None:
-            raise SystemExit(f"{report.PRETRAINED / name}.eqx is missing: reinstall elo.")
         for task, horizon in cells():
             path = out / "shipped" / name / f"{task}@{horizon}.json"
-            set_aside_stale(path, digest)
-            tune_cached(path, lo, task, horizon, {"weights_sha256": digest})
+            tune_cached(path, lo, task, horizon, weights_sha256=digest)
 
 
 def main() -> None:

@@ -594,6 +594,7 @@ def _shipped_table(summary) -> list[str]:
         f"- `{n}`: {s['status']}; lr=1 within {DEFAULT_TOLERANCE}× tuned AdamW on "
         f"{s['default_step']['works']} of {s['default_step']['judged']} judged cells "
         f"(of {s['default_step']['of']})"
+        + (f"; {s['stale']} stale results (made with other weights) left out" if s["stale"] else "")
         for n, s in ships.items()
     ]
     return _table(header, rows) + totals + [""]

@@ -7,8 +7,9 @@
 Every run is `elo meta-train` in a subprocess, in a run directory under --runs-dir that resumes
 where it stopped (checkpoints every settings.CHECKPOINT_EVERY steps). A finished run's summary,
 metrics and optimizers (final and validation-selected) go to --results-dir. Two drivers can share
-a queue (a lock per run): start both to keep two cores busy. Which commit advanced a run over
-which steps is recorded in its `segments.json`. See README.md for the protocol.
+a queue (a lock per run), but on two cores one run at a time finishes sooner (README.md). Which
+commit advanced a run over which steps, and on what, is recorded in its `segments.json`. See
+README.md for the protocol.
 """
 
 import argparse
@@ -63,11 +64,15 @@ def steps_done(run_dir: Path) -> int:
     return records[-1]["step"] if records else 0
 
 
-def run_environment(out: Path, start: int) -> dict[str, Any]:
-    """`{"run_environment": ...}`: what `elo meta-train` itself ran with from `start` (its
-    devices, not the driver's), from the run's sessions file; empty when it recorded none."""
-    sessions = [s for s in elo.read_sessions(out) if s["from_step"] == start]
-    return {"run_environment": sessions[-1]["environment"]} if sessions else {}
+def run_environment(out: Path, known: int) -> dict[str, Any]:
+    """What the `elo meta-train` just run recorded in its sessions file after the `known`
+    earlier records: `run_environment` (its own devices and versions, not the driver's) and
+    `from_step`, the checkpoint it resumed from (after a hard kill the metrics, which the
+    driver counts, run ahead of it). Empty when it recorded nothing."""
+    new = elo.read_sessions(out)[known:]
+    if not new:
+        return {}
+    return {"from_step": new[0]["from_step"], "run_environment": new[0]["environment"]}
 
 
 class StopRequest:
@@ -139,6 +144,7 @@ def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: boo
             log_path = Path(args.runs_dir) / "logs" / (name.replace("/", "_") + ".log")
             log_path.parent.mkdir(parents=True, exist_ok=True)
             started = time.time()
+            known_sessions = len(elo.read_sessions(out))
             with StopRequest() as stop:
                 argv = meta_train_argv(arm, seed, out, fields, pilot)
                 code = run_meta_train(argv, log_path, stop)
@@ -149,7 +155,7 @@ def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: boo
                     "seconds": time.time() - started,
                     "exit_code": code,
                 }
-                segment.update(run_environment(out, start))
+                segment.update(run_environment(out, known_sessions))
                 segments_path = results / "segments.json"
                 segments = common.load_json(segments_path) if segments_path.is_file() else []
                 common.write_json(segments_path, [*segments, segment])

@@ -433,8 +433,10 @@ def test_shipped_results_made_with_other_weights_are_stale_and_left_out(tmp_path
     for key, mark in ((KEYS[0], digest), (KEYS[1], "0" * 64)):
         path = folder / f"{key}.json"
         path.write_text(json.dumps(json.loads(path.read_text()) | {"weights_sha256": mark}))
-    entry = report.summarise(tmp_path)["shipped"]["celo2_x"]
+    summary = report.summarise(tmp_path)
+    entry = summary["shipped"]["celo2_x"]
     assert entry["present"] == 1 and entry["stale"] == 13
+    assert "13 stale results (made with other weights) left out" in report.markdown(summary)
     assert entry["status"] == "incomplete: 1 of 14 cells present"
     assert entry["cells"][KEYS[0]]["present"] and not entry["cells"][KEYS[1]]["present"]
 
@@ -477,19 +479,21 @@ def test_evaluate_shipped_writes_where_the_report_reads(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(evaluate.elo, "available_pretrained", lambda: {"b": {}, "a": {}})
     monkeypatch.setattr(evaluate.elo, "pretrained", lambda name: f"lo:{name}")
-    monkeypatch.setattr(evaluate, "tune_cached", lambda *args: calls.append(args))
+    monkeypatch.setattr(
+        evaluate, "tune_cached", lambda *args, weights_sha256: calls.append((*args, weights_sha256))
+    )
     for name in ("a", "b"):
         (report.PRETRAINED / f"{name}.eqx").write_bytes(name.encode())
+    monkeypatch.setattr(evaluate, "installed_weights_digest", report.weights_digest)
     evaluate.run_shipped(tmp_path / "evaluation")
     assert [c[1] for c in calls] == ["lo:a"] * 14 + ["lo:b"] * 14
     assert [f"{c[2]}@{c[3]}" for c in calls] == KEYS * 2
-    assert {c[4]["weights_sha256"] for c in calls} == {
-        report.weights_digest("a"),
-        report.weights_digest("b"),
-    }
+    assert [c[4] for c in calls] == [report.weights_digest("a")] * 14 + [
+        report.weights_digest("b")
+    ] * 14
     _tree(tmp_path)
-    for path, *_, extra in calls:
-        _write(path, _result(0.9, False, 1.0, "abc1234") | extra)
+    for path, *_, digest in calls:
+        _write(path, _result(0.9, False, 1.0, "abc1234") | {"weights_sha256": digest})
     ships = report.summarise(tmp_path)["shipped"]
     assert {n: s["present"] for n, s in ships.items()} == {"a": 14, "b": 14}
 

@@ -14,7 +14,7 @@ import pytest
 
 import elo
 from studies import common
-from studies.celo2_headline import settings, study
+from studies.celo2_headline import report, settings, study
 
 
 @pytest.mark.parametrize("arm", list(settings.ARMS))
@@ -144,8 +144,9 @@ out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
 lines = [json.dumps({"step": t, "seconds": 0.0, "meta_loss": 1.0}) for t in (1, 2, 3)]
 (out / "metrics.jsonl").write_text("\\n".join(lines) + "\\n")
-session = {"from_step": 0, "options": {}, "environment": {"device_count": 2}}
-(out / "sessions.jsonl").write_text(json.dumps(session) + "\\n")
+session = {"from_step": 2, "options": {}, "environment": {"device_count": 2}}
+with open(out / "sessions.jsonl", "a") as f:  # resumed from its checkpoint at step 2
+    f.write(json.dumps(session) + "\\n")
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
 (out / "started").touch()
 time.sleep(60)
@@ -169,6 +170,14 @@ for seed in (0, 1):
     study.train_one(f"main/pes_celo2/s{{seed}}", "pes_celo2", seed, fields, False, args)
 print("the driver went on")
 """
+    # An earlier segment was killed hard: its metrics reached step 5, its checkpoint step 2
+    # (the fake run resumes from there), and it recorded a session of its own.
+    run = runs / "main" / "pes_celo2" / "s0"
+    run.mkdir(parents=True)
+    lines = [json.dumps({"step": t, "seconds": 0.0, "meta_loss": 1.0}) for t in range(1, 6)]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    earlier = {"from_step": 0, "options": {}, "environment": {"device_count": 1}}
+    (run / "sessions.jsonl").write_text(json.dumps(earlier) + "\n")
     root = Path(__file__).parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
     process = subprocess.Popen(
@@ -186,13 +195,15 @@ print("the driver went on")
         process.kill()
     assert process.returncode == 128 + signum and "the driver went on" not in out
     segments = common.load_json(results / "main" / "pes_celo2" / "s0" / "segments.json")
-    assert [(s["from_step"], s["to_step"], s["exit_code"]) for s in segments] == [(0, 3, 130)]
-    assert segments[0]["run_environment"]["device_count"] == 2  # the run's, not the driver's
+    # From the step the run resumed from, not the metrics' last; its own devices.
+    assert [(s["from_step"], s["to_step"], s["exit_code"]) for s in segments] == [(2, 3, 130)]
+    assert segments[0]["run_environment"]["device_count"] == 2
     assert not (runs / "main" / "pes_celo2" / "s1").exists()
 
 
 def test_a_shipped_result_made_with_other_weights_is_set_aside(tmp_path):
-    """`evaluate.py shipped` keeps a cached result only for the weights it was made with."""
+    """`evaluate.py shipped` keeps a cached result only for the weights it was made with, and
+    never overwrites what it sets aside."""
     from studies.celo2_headline import evaluate
 
     path = tmp_path / "task@100.json"
@@ -202,7 +213,24 @@ def test_a_shipped_result_made_with_other_weights_is_set_aside(tmp_path):
     evaluate.set_aside_stale(path, "b" * 64)
     assert not path.is_file()
     assert common.load_json(tmp_path / f"task@100.json.stale-{'a' * 12}")["test_loss"] == 1.0
-    common.write_json(path, {"test_loss": 2.0})  # made before results recorded their weights
-    evaluate.set_aside_stale(path, "b" * 64)
-    assert (tmp_path / "task@100.json.stale-unknown").is_file() and not path.is_file()
+    for loss in (2.0, 3.0):  # made before results recorded their weights
+        common.write_json(path, {"test_loss": loss})
+        evaluate.set_aside_stale(path, "b" * 64)
+    assert common.load_json(tmp_path / "task@100.json.stale-unknown")["test_loss"] == 2.0
+    assert common.load_json(tmp_path / "task@100.json.stale-unknown-2")["test_loss"] == 3.0
     evaluate.set_aside_stale(path, "b" * 64)  # nothing there: nothing to do
+    assert not path.is_file()
+
+
+def test_shipped_weights_must_be_the_installed_ones(monkeypatch):
+    """The digest recorded is of the weights `elo.pretrained` loads, which must be the source
+    tree's that the report compares with."""
+    from studies.celo2_headline import evaluate
+
+    name = "small_fc_mnist8"
+    assert evaluate.installed_weights_digest(name) == report.weights_digest(name)
+    monkeypatch.setattr(report, "weights_digest", lambda name: "0" * 64)
+    with pytest.raises(SystemExit, match="not this source tree's"):
+        evaluate.installed_weights_digest(name)
+    with pytest.raises(SystemExit, match="elo ships no"):
+        evaluate.installed_weights_digest("no_such_optimizer")
