@@ -171,7 +171,8 @@ def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: boo
 
 
 def summarise(name: str, out: Path, results: Path, arm: str, seed: int, fields) -> None:
-    """A finished run's summary, metrics and both optimizers into the results directory."""
+    """A finished run's summary, metrics, sessions and both optimizers into the results
+    directory."""
     records = elo.read_metrics(out)
     checks = elo.read_validation(out)
     # Ties go to the earlier check, as `elo meta-train` keeps best_optimizer.eqx.
@@ -179,6 +180,8 @@ def summarise(name: str, out: Path, results: Path, arm: str, seed: int, fields) 
     config = json.loads((out / "config.json").read_text())["config"]
     results.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(out / "metrics.jsonl", results / "metrics.jsonl")
+    if (out / "sessions.jsonl").is_file():  # runs made before elo recorded sessions have none
+        shutil.copyfile(out / "sessions.jsonl", results / "sessions.jsonl")
     elo.save_optimizer(results / "final_optimizer.eqx", elo.load_optimizer(out))
     shutil.copyfile(out / "best_optimizer.eqx", results / "best_optimizer.eqx")
     totals = ("diverged", "nonfinite", "buffer_resumes", "fresh_resets", "nonfinite_grads")
