@@ -234,3 +234,29 @@ def test_shipped_weights_must_be_the_installed_ones(monkeypatch):
         evaluate.installed_weights_digest(name)
     with pytest.raises(SystemExit, match="elo ships no"):
         evaluate.installed_weights_digest("no_such_optimizer")
+
+
+def test_run_stats_blocks_sum_and_bound_each_block():
+    from studies.celo2_headline import run_stats
+
+    records = [
+        {
+            "step": t,
+            "seconds": 0.5 if t % 2 else 1.5,
+            "alpha": 0.0 if t <= 1000 else 1.0,
+            "buffer_resumes": 1,
+            "fresh_resets": t % 3 == 0,
+            "diverged": int(t == 1500),
+            "mean_inner_step": float(t),
+            "max_inner_step": 2 * t,
+            "grad_norm": None if t == 7 else 2.0,
+        }
+        for t in range(1, 1501)
+    ]
+    first, second = run_stats.blocks(records)
+    assert first["steps"] == [1, 1000] and second["steps"] == [1001, 1500]
+    assert first["mean_alpha"] == 0.0 and second["mean_alpha"] == 1.0
+    assert first["buffer_resumes"] == 1000 and second["buffer_resumes"] == 500
+    assert first["fresh_resets"] == 333 and (first["diverged"], second["diverged"]) == (0, 1)
+    assert first["mean_inner_step"] == 500.5 and second["max_inner_step"] == 3000
+    assert first["median_grad_norm"] == 2.0 and first["median_seconds"] == 1.0
