@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 import jax
-import jaxlib
+from jaxlib import version as jaxlib_version
 
 from .. import __version__
 
@@ -31,7 +31,7 @@ def environment() -> dict[str, Any]:
     return {
         "elo": __version__,
         "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
+        "jaxlib": jaxlib_version.__version__,
         "python": sys.version.split()[0],
         "backend": jax.default_backend(),
         "device_kind": jax.local_devices()[0].device_kind,
