@@ -34,11 +34,6 @@ CONTENTION = (
 )
 
 
-def step_records(path: Path) -> list[dict[str, Any]]:
-    """A metrics file's per-outer-step records (validation records left out)."""
-    return elo.read_metrics(path)
-
-
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -71,12 +66,16 @@ def blocks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def contention(results: Path) -> list[dict[str, Any]]:
     """The median and mean wall time per outer step over each stretch of CONTENTION."""
+    records = {
+        run: elo.read_metrics(results / run)
+        for run in {c[0] for c in CONTENTION}
+        if (results / run / "metrics.jsonl").is_file()
+    }
     out = []
     for run, first, last, condition in CONTENTION:
-        path = results / run / "metrics.jsonl"
-        if not path.is_file():
+        if run not in records:
             continue
-        seconds = [r["seconds"] for r in step_records(path) if first <= r["step"] <= last]
+        seconds = [r["seconds"] for r in records[run] if first <= r["step"] <= last]
         out.append(
             {
                 "run": run,
@@ -99,7 +98,7 @@ def main() -> None:
     runs = {}
     for meta in sorted(results.glob("main/*/s*/meta.json")):
         name = str(meta.parent.relative_to(results))
-        records = step_records(meta.parent / "metrics.jsonl")
+        records = elo.read_metrics(meta.parent)
         runs[name] = {
             "outer_steps": len(records),
             "mean_inner_step": statistics.fmean(r["mean_inner_step"] for r in records),
