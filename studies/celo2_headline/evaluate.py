@@ -5,6 +5,10 @@
     python -m studies.celo2_headline.evaluate horizon     # item 1: the small_fc study at 30K steps
     python -m studies.celo2_headline.evaluate shipped     # item 4: every optimizer elo ships
 
+`--task NAME` (repeatable) restricts any command to the cells of those tasks: the evaluation
+of a 2-core machine takes tens of hours, and this lets one working session finish a task's
+cells for every optimizer before it starts another task's.
+
 Each (optimizer, cell) is `elo.tune`: settings.SWEEP_POINTS values on a log grid (peak learning
 rates of AdamW/Muon/SGD with warm-up and cosine decay; a learned optimizer's `learning_rate`
 multiplier), settings.EVAL_SEEDS seeds, the value chosen on the validation split. Every result is
@@ -25,6 +29,7 @@ import hashlib
 import importlib.resources
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +53,17 @@ def log(message: str) -> None:
     common.log("celo2-eval", message)
 
 
-def cells() -> list[tuple[str, int]]:
+def cells(only: Sequence[str] | None = None) -> list[tuple[str, int]]:
     """Every held-out (task, horizon) of the protocol, in a fixed order (`settings.cells`, which
-    the report reads without importing `elo`)."""
-    return settings.cells()
+    the report reads without importing `elo`); with `only`, those of the tasks it names."""
+    every = settings.cells()
+    if only is None:
+        return every
+    unknown = sorted(set(only) - {task for task, _ in every})
+    if unknown:
+        names = ", ".join(dict.fromkeys(task for task, _ in every))
+        raise SystemExit(f"--task {unknown[0]!r} is not a held-out task of the study: {names}.")
+    return [(task, horizon) for task, horizon in every if task in only]
 
 
 def get_task(name: str) -> elo.tasks.AbstractTask:
@@ -166,13 +178,13 @@ def set_aside_stale(path: Path, digest: str) -> None:
     log(f"{path.name}: made with other weights ({made_with[:12]}); kept as {target.name}, redone")
 
 
-def run_baselines(out: Path) -> None:
-    for task, horizon in cells():
+def run_baselines(out: Path, only: Sequence[str] | None = None) -> None:
+    for task, horizon in cells(only):
         for name in BASELINES:
             tune_cached(out / "baselines" / name / f"{task}@{horizon}.json", name, task, horizon)
 
 
-def run_learned(out: Path, results: Path) -> None:
+def run_learned(out: Path, results: Path, only: Sequence[str] | None = None) -> None:
     # Every run's selected checkpoint before any final one: the rule judges the selected ones,
     # and the final ones (reported, not judged) double the cost.
     runs = [meta.parent for meta in sorted(results.glob("main/*/s*/meta.json"))]
@@ -180,19 +192,22 @@ def run_learned(out: Path, results: Path) -> None:
         for run in runs:
             lo = elo.load_optimizer(run / f"{which}_optimizer.eqx")
             name = f"{run.parent.name}/{run.name}/{which}"
-            for task, horizon in cells():
+            for task, horizon in cells(only):
                 tune_cached(out / "runs" / name / f"{task}@{horizon}.json", lo, task, horizon)
 
 
-def run_long_horizon(out: Path) -> None:
-    for task in LONG_HORIZON_TASKS:
+def run_long_horizon(out: Path, only: Sequence[str] | None = None) -> None:
+    if only is not None:
+        cells(only)  # refuses a task the study does not hold out
+    long_tasks = [t for t in LONG_HORIZON_TASKS if only is None or t in only]
+    for task in long_tasks:
         tune_cached(
             out / "horizon" / "adamw" / f"{task}@{LONG_HORIZON}.json", "adamw", task, LONG_HORIZON
         )
     for seed in range(5):
         for arm in ("pes", "elo"):
             lo = elo.load_optimizer(SMALL_FC_STUDY / arm / f"s{seed}" / "best_optimizer.eqx")
-            for task in LONG_HORIZON_TASKS:
+            for task in long_tasks:
                 path = out / "horizon" / f"{arm}_s{seed}" / f"{task}@{LONG_HORIZON}.json"
                 tune_cached(path, lo, task, LONG_HORIZON)
 
@@ -212,11 +227,11 @@ def installed_weights_digest(name: str) -> str:
     return digest
 
 
-def run_shipped(out: Path) -> None:
+def run_shipped(out: Path, only: Sequence[str] | None = None) -> None:
     for name in sorted(elo.available_pretrained()):
         digest = installed_weights_digest(name)
         lo = elo.pretrained(name)
-        for task, horizon in cells():
+        for task, horizon in cells(only):
             path = out / "shipped" / name / f"{task}@{horizon}.json"
             tune_cached(path, lo, task, horizon, weights_sha256=digest)
 
@@ -227,7 +242,16 @@ def main() -> None:
     )
     parser.add_argument("command", choices=("baselines", "runs", "horizon", "shipped"))
     parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
+    parser.add_argument(
+        "--task",
+        action="append",
+        metavar="NAME",
+        help="only the cells of this held-out task (repeatable; default: every task)",
+    )
     args = parser.parse_args()
+    only = args.task
+    if only is not None:
+        cells(only)  # an unknown name stops here, before anything is written
     results = Path(args.results_dir)
     out = results / "evaluation"
     path = out / "settings.json"
@@ -237,13 +261,13 @@ def main() -> None:
     if not path.is_file():
         common.write_json(path, {"settings": current, "environment": common.environment()})
     if args.command == "baselines":
-        run_baselines(out)
+        run_baselines(out, only)
     elif args.command == "runs":
-        run_learned(out, results)
+        run_learned(out, results, only)
     elif args.command == "shipped":
-        run_shipped(out)
+        run_shipped(out, only)
     else:
-        run_long_horizon(out)
+        run_long_horizon(out, only)
 
 
 if __name__ == "__main__":

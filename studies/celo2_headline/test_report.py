@@ -498,10 +498,10 @@ def test_evaluate_shipped_writes_where_the_report_reads(tmp_path, monkeypatch):
     assert {n: s["present"] for n, s in ships.items()} == {"a": 14, "b": 14}
 
     ran = []
-    monkeypatch.setattr(evaluate, "run_shipped", ran.append)
+    monkeypatch.setattr(evaluate, "run_shipped", lambda *args: ran.append(args))
     monkeypatch.setattr(sys, "argv", ["evaluate", "shipped", "--results-dir", str(tmp_path)])
     evaluate.main()
-    assert ran == [tmp_path / "evaluation"]
+    assert ran == [(tmp_path / "evaluation", None)]
 
 
 def test_provenance_names_the_source_commit_of_a_copied_segment(tmp_path):

@@ -136,6 +136,31 @@ def test_every_protocol_cell_is_listed_once():
     assert len(cells) == len(set(cells)) == 14
 
 
+def test_task_restricts_every_command_to_that_tasks_cells(tmp_path, monkeypatch):
+    from studies.celo2_headline import evaluate
+
+    task = "mlp-w64-d2_cifar10-8x8x3"
+    assert evaluate.cells([task]) == [(task, 1000), (task, 5000), (task, 10000)]
+    calls = []
+    monkeypatch.setattr(evaluate, "tune_cached", lambda path, *args: calls.append(path))
+    evaluate.run_baselines(tmp_path, [task])
+    assert {p.name for p in calls} == {f"{task}@{h}.json" for h in (1000, 5000, 10000)}
+    assert len(calls) == 3 * len(evaluate.BASELINES)
+    calls.clear()
+    monkeypatch.setattr(evaluate.elo, "load_optimizer", lambda path: path)
+    monkeypatch.setattr(evaluate, "SMALL_FC_STUDY", tmp_path)
+    evaluate.run_long_horizon(tmp_path, [task])
+    assert {p.name for p in calls} == {f"{task}@30000.json"} and len(calls) == 11
+    with pytest.raises(SystemExit, match="not a held-out task.*mlp-w128-d3_fashionmnist"):
+        evaluate.cells(["mlp-w32-d1_fashionmnist-8x8x1"])  # a selection task, not held out
+    monkeypatch.setattr(
+        sys, "argv", ["evaluate", "runs", "--results-dir", str(tmp_path), "--task", "nope"]
+    )
+    with pytest.raises(SystemExit, match="'nope' is not a held-out task"):
+        evaluate.main()
+    assert not (tmp_path / "evaluation").exists()  # refused before anything was written
+
+
 # A stand-in for `elo meta-train`: records 3 outer steps, then waits; SIGTERM makes it exit 130.
 FAKE_META_TRAIN = """
 import json, signal, sys, time
