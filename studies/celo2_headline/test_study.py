@@ -285,3 +285,12 @@ def test_run_stats_blocks_sum_and_bound_each_block():
     assert first["fresh_resets"] == 333 and (first["diverged"], second["diverged"]) == (0, 1)
     assert first["mean_inner_step"] == 500.5 and second["max_inner_step"] == 3000
     assert first["median_grad_norm"] == 2.0 and first["median_seconds"] == 1.0
+
+
+def test_cell_cost_times_a_vmapped_step_of_every_optimizer(tmp_path):
+    from studies.celo2_headline import cell_cost, evaluate
+
+    task = evaluate.get_task("regression-mlp-w64-d2_teacher16")
+    for name in cell_cost.OPTIMIZERS:
+        times = cell_cost.step_seconds(task, name, tmp_path, runs=2, repeats=2)
+        assert len(times) == 2 and all(t > 0 for t in times)
