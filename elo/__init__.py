@@ -75,6 +75,7 @@ from ._tuning import (
     steps_to_target as steps_to_target,
     SWEEP_RANGES as SWEEP_RANGES,
     tune as tune,
+    tune_many as tune_many,
     Tuned as Tuned,
     TUNED_BASELINES as TUNED_BASELINES,
     warmup_cosine as warmup_cosine,

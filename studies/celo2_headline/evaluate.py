@@ -9,6 +9,12 @@
 of a 2-core machine takes tens of hours, and this lets one working session finish a task's
 cells for every optimizer before it starts another task's.
 
+`--stack` (for `runs` and `horizon`) tunes every pending checkpoint of one architecture on a
+cell in one compiled program (`elo.tune_many`): for an accelerator, where one tuning leaves the
+chip mostly idle. Each result records `stacked_with` (how many were tuned together) and the
+group's `seconds`. On the CPU it gains nothing (measured per step in `cell_cost.py`: the runs
+are already vmapped over values and seeds).
+
 Each (optimizer, cell) is `elo.tune`: settings.SWEEP_POINTS values on a log grid (peak learning
 rates of AdamW/Muon/SGD with warm-up and cosine decay; a learned optimizer's `learning_rate`
 multiplier), settings.EVAL_SEEDS seeds, the value chosen on the validation split. Every result is
@@ -24,6 +30,7 @@ These results are reported beside the study, outside its decision rule.
 """
 
 import argparse
+import contextlib
 import fcntl
 import hashlib
 import importlib.resources
@@ -33,6 +40,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import equinox as eqx
+import jax
 import numpy as np
 
 import elo
@@ -160,6 +169,74 @@ def tune_cached(
         log(f"{path.relative_to(path.parents[2])}: {time.perf_counter() - started:.0f} s")
 
 
+def tune_cached_stacked(
+    items: list[tuple[Path, elo.AbstractLearnedOptimizer]], task_name: str, horizon: int
+) -> None:
+    """`tune_cached` for several learned optimizers of one architecture at once: those of
+    `items` (result path, optimizer) whose result is neither on disk nor locked by another
+    driver are tuned together (`elo.tune_many`) and written one result each."""
+    with contextlib.ExitStack() as locks:
+        held = []
+        for path, lo in items:
+            if path.is_file():
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock = locks.enter_context(open(path.with_suffix(".lock"), "w"))
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            if not path.is_file():
+                held.append((path, lo))
+        if not held:
+            return
+        started = time.perf_counter()
+        tuned = elo.tune_many(
+            [lo for _, lo in held],
+            get_task(task_name),
+            num_steps=horizon,
+            num_values=settings.SWEEP_POINTS,
+            seeds=settings.EVAL_SEEDS,
+            eval_every=max(1, horizon // 10),
+        )
+        seconds = time.perf_counter() - started
+        for (path, _), one in zip(held, tuned):
+            common.write_json(path, summarise(one, seconds) | {"stacked_with": len(held)})
+        log(f"{task_name}@{horizon}: {len(held)} optimizers together, {seconds:.0f} s")
+
+
+def architectures(
+    items: list[tuple[Path, elo.AbstractLearnedOptimizer]],
+) -> list[list[tuple[Path, elo.AbstractLearnedOptimizer]]]:
+    """`items` grouped by architecture (class, hyperparameters, shapes), in first-seen order."""
+    groups: dict[Any, list[tuple[Path, elo.AbstractLearnedOptimizer]]] = {}
+    for path, lo in items:
+        arrays, rest = eqx.partition(lo, eqx.is_array)
+        shapes = tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(arrays))
+        key = (jax.tree.structure(lo), shapes, tuple(jax.tree.leaves(rest)))
+        groups.setdefault(key, []).append((path, lo))
+    return list(groups.values())
+
+
+def tune_cells(
+    items: list[tuple[str, elo.AbstractLearnedOptimizer]],
+    out: Path,
+    cell_list: list[tuple[str, int]],
+    stack: bool,
+) -> None:
+    """Tune every (result directory under `out`, optimizer) of `items` on every cell, one at a
+    time or, with `stack`, each architecture's together per cell."""
+    if not stack:
+        for name, lo in items:
+            for task, horizon in cell_list:
+                tune_cached(out / name / f"{task}@{horizon}.json", lo, task, horizon)
+        return
+    for task, horizon in cell_list:
+        cell_items = [(out / name / f"{task}@{horizon}.json", lo) for name, lo in items]
+        for group in architectures(cell_items):
+            tune_cached_stacked(group, task, horizon)
+
+
 def set_aside_stale(path: Path, digest: str) -> None:
     """Rename a cached result made with other weights than `digest` (or with no record of
     them) to a free `<name>.stale-<its digest[:12] or unknown>[-N]`. Call it holding the
@@ -184,32 +261,38 @@ def run_baselines(out: Path, only: Sequence[str] | None = None) -> None:
             tune_cached(out / "baselines" / name / f"{task}@{horizon}.json", name, task, horizon)
 
 
-def run_learned(out: Path, results: Path, only: Sequence[str] | None = None) -> None:
+def run_learned(
+    out: Path, results: Path, only: Sequence[str] | None = None, stack: bool = False
+) -> None:
     # Every run's selected checkpoint before any final one: the rule judges the selected ones,
     # and the final ones (reported, not judged) double the cost.
     runs = [meta.parent for meta in sorted(results.glob("main/*/s*/meta.json"))]
     for which in ("best", "final"):
-        for run in runs:
-            lo = elo.load_optimizer(run / f"{which}_optimizer.eqx")
-            name = f"{run.parent.name}/{run.name}/{which}"
-            for task, horizon in cells(only):
-                tune_cached(out / "runs" / name / f"{task}@{horizon}.json", lo, task, horizon)
+        items = [
+            (
+                f"{run.parent.name}/{run.name}/{which}",
+                elo.load_optimizer(run / f"{which}_optimizer.eqx"),
+            )
+            for run in runs
+        ]
+        tune_cells(items, out / "runs", cells(only), stack)
 
 
-def run_long_horizon(out: Path, only: Sequence[str] | None = None) -> None:
+def run_long_horizon(out: Path, only: Sequence[str] | None = None, stack: bool = False) -> None:
     if only is not None:
         cells(only)  # refuses a task the study does not hold out
-    long_tasks = [t for t in LONG_HORIZON_TASKS if only is None or t in only]
-    for task in long_tasks:
-        tune_cached(
-            out / "horizon" / "adamw" / f"{task}@{LONG_HORIZON}.json", "adamw", task, LONG_HORIZON
+    long_cells = [(t, LONG_HORIZON) for t in LONG_HORIZON_TASKS if only is None or t in only]
+    for task, horizon in long_cells:
+        tune_cached(out / "horizon" / "adamw" / f"{task}@{horizon}.json", "adamw", task, horizon)
+    items = [
+        (
+            f"{arm}_s{seed}",
+            elo.load_optimizer(SMALL_FC_STUDY / arm / f"s{seed}" / "best_optimizer.eqx"),
         )
-    for seed in range(5):
-        for arm in ("pes", "elo"):
-            lo = elo.load_optimizer(SMALL_FC_STUDY / arm / f"s{seed}" / "best_optimizer.eqx")
-            for task in long_tasks:
-                path = out / "horizon" / f"{arm}_s{seed}" / f"{task}@{LONG_HORIZON}.json"
-                tune_cached(path, lo, task, LONG_HORIZON)
+        for seed in range(5)
+        for arm in ("pes", "elo")
+    ]
+    tune_cells(items, out / "horizon", long_cells, stack)
 
 
 def installed_weights_digest(name: str) -> str:
@@ -243,6 +326,11 @@ def main() -> None:
     parser.add_argument("command", choices=("baselines", "runs", "horizon", "shipped"))
     parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
     parser.add_argument(
+        "--stack",
+        action="store_true",
+        help="runs/horizon: tune each architecture's checkpoints together per cell (accelerators)",
+    )
+    parser.add_argument(
         "--task",
         action="append",
         metavar="NAME",
@@ -250,6 +338,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     only = args.task
+    if args.stack and args.command not in ("runs", "horizon"):
+        parser.error("--stack applies to `runs` and `horizon` only")
     if only is not None:
         cells(only)  # an unknown name stops here, before anything is written
     results = Path(args.results_dir)
@@ -263,11 +353,11 @@ def main() -> None:
     if args.command == "baselines":
         run_baselines(out, only)
     elif args.command == "runs":
-        run_learned(out, results, only)
+        run_learned(out, results, only, args.stack)
     elif args.command == "shipped":
         run_shipped(out, only)
     else:
-        run_long_horizon(out, only)
+        run_long_horizon(out, only, args.stack)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import pytest
 
 import elo
@@ -294,3 +295,31 @@ def test_cell_cost_times_a_vmapped_step_of_every_optimizer(tmp_path):
     for name in cell_cost.OPTIMIZERS:
         times = cell_cost.step_seconds(task, name, tmp_path, runs=2, repeats=2)
         assert len(times) == 2 and all(t > 0 for t in times)
+
+
+def test_stacked_tuning_writes_each_result_as_tuning_alone_would(tmp_path):
+    from studies.celo2_headline import evaluate
+
+    small = [elo.SmallFC(key=jax.random.key(k)) for k in (1, 2)]
+    celo2 = elo.Celo2(key=jax.random.key(3))
+    items = [(tmp_path / n, lo) for n, lo in zip("abc", [small[0], celo2, small[1]])]
+    groups = evaluate.architectures(items)
+    assert [[p.name for p, _ in g] for g in groups] == [["a", "c"], ["b"]]
+
+    task, horizon = "regression-mlp-w64-d2_teacher16", 4
+    paths = [tmp_path / "stacked" / f"{n}.json" for n in ("s0", "s1")]
+    evaluate.tune_cached_stacked(list(zip(paths, small)), task, horizon)
+    alone = tmp_path / "alone.json"
+    evaluate.tune_cached(alone, small[1], task, horizon)
+    stacked, single = common.load_json(paths[1]), common.load_json(alone)
+    assert stacked["stacked_with"] == 2 and "stacked_with" not in single
+    assert stacked["selected"] == single["selected"]
+    got = [v["validation_loss"] for v in stacked["sweep"]]
+    want = [v["validation_loss"] for v in single["sweep"]]
+    assert got == pytest.approx(want, rel=1e-5)
+    assert common.load_json(paths[0])["sweep"] != stacked["sweep"]  # s0's own weights
+    common.write_json(paths[1], {"kept": True})
+    paths[0].unlink()
+    evaluate.tune_cached_stacked(list(zip(paths, small)), task, horizon)  # redoes s0 only
+    assert common.load_json(paths[1]) == {"kept": True}
+    assert common.load_json(paths[0])["stacked_with"] == 1
