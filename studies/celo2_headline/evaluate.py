@@ -9,6 +9,7 @@
 of a 2-core machine takes tens of hours, and this lets one working session finish a task's
 cells for every optimizer before it starts another task's.
 
+`--checkpoints selected|final` (for `runs`) evaluates only the selected (or final) checkpoints.
 `--stack` (for `runs` and `horizon`) tunes every pending checkpoint of one architecture on a
 cell in one compiled program (`elo.tune_many`): for an accelerator, where one tuning leaves the
 chip mostly idle. Each result records `stacked_with` (how many were tuned together) and the
@@ -262,12 +263,16 @@ def run_baselines(out: Path, only: Sequence[str] | None = None) -> None:
 
 
 def run_learned(
-    out: Path, results: Path, only: Sequence[str] | None = None, stack: bool = False
+    out: Path,
+    results: Path,
+    only: Sequence[str] | None = None,
+    stack: bool = False,
+    checkpoints: Sequence[str] = ("best", "final"),
 ) -> None:
     # Every run's selected checkpoint before any final one: the rule judges the selected ones,
     # and the final ones (reported, not judged) double the cost.
     runs = [meta.parent for meta in sorted(results.glob("main/*/s*/meta.json"))]
-    for which in ("best", "final"):
+    for which in checkpoints:
         items = [
             (
                 f"{run.parent.name}/{run.name}/{which}",
@@ -326,6 +331,12 @@ def main() -> None:
     parser.add_argument("command", choices=("baselines", "runs", "horizon", "shipped"))
     parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
     parser.add_argument(
+        "--checkpoints",
+        choices=("selected", "final", "both"),
+        default="both",
+        help="runs: which checkpoints of each finished run (default both, selected ones first)",
+    )
+    parser.add_argument(
         "--stack",
         action="store_true",
         help="runs/horizon: tune each architecture's checkpoints together per cell (accelerators)",
@@ -353,7 +364,8 @@ def main() -> None:
     if args.command == "baselines":
         run_baselines(out, only)
     elif args.command == "runs":
-        run_learned(out, results, only, args.stack)
+        which = {"selected": ("best",), "final": ("final",), "both": ("best", "final")}
+        run_learned(out, results, only, args.stack, which[args.checkpoints])
     elif args.command == "shipped":
         run_shipped(out, only)
     else:

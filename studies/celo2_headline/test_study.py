@@ -323,3 +323,26 @@ def test_stacked_tuning_writes_each_result_as_tuning_alone_would(tmp_path):
     evaluate.tune_cached_stacked(list(zip(paths, small)), task, horizon)  # redoes s0 only
     assert common.load_json(paths[1]) == {"kept": True}
     assert common.load_json(paths[0])["stacked_with"] == 1
+
+
+def test_checkpoints_selected_evaluates_only_each_runs_selected_checkpoint(tmp_path, monkeypatch):
+    from studies.celo2_headline import evaluate
+
+    for arm in ("pes_celo2", "elo_celo2"):
+        common.write_json(tmp_path / "main" / arm / "s0" / "meta.json", {})
+    monkeypatch.setattr(evaluate.elo, "load_optimizer", lambda path: path.name)
+    tuned = []
+    monkeypatch.setattr(evaluate, "tune_cached", lambda path, lo, *_: tuned.append((path, lo)))
+    task = "gru-h32_mnist-rows-8x8"
+    argv = ["evaluate", "runs", "--results-dir", str(tmp_path), "--task", task]
+    monkeypatch.setattr(sys, "argv", [*argv, "--checkpoints", "selected"])
+    evaluate.main()
+    assert {lo for _, lo in tuned} == {"best_optimizer.eqx"}
+    assert sorted(p.parent.relative_to(tmp_path / "evaluation" / "runs") for p, _ in tuned) == [
+        Path("elo_celo2/s0/best"),
+        Path("pes_celo2/s0/best"),
+    ]
+    tuned.clear()
+    monkeypatch.setattr(sys, "argv", argv)  # default: both, the selected ones first
+    evaluate.main()
+    assert [lo for _, lo in tuned] == ["best_optimizer.eqx"] * 2 + ["final_optimizer.eqx"] * 2
