@@ -116,7 +116,7 @@ class _Scheduled(eqx.Module):
 
 class Tuned(eqx.Module):
     """An optimizer tuned on a task: one run per swept value, the chosen one selected on the
-    validation split. The result of [`elo.tune`][].
+    validation split. The result of [`elo.tune`][] (one per optimizer: [`elo.tune_many`][]).
 
     **Attributes:**
 
@@ -324,10 +324,11 @@ def tune_many(
 
     The same as [`elo.tune`][] on each optimizer in turn (the same grid, seeds and choice on
     the validation split; equal up to float rounding), but the optimizers' weights are stacked
-    and `jax.vmap`ped over alongside the values and seeds, so a task is compiled once and an
-    accelerator trains `len(optimizers) * len(values) * seeds` runs at once. On a CPU that
-    gains little (the runs are already vmapped over values and seeds) and holds every
-    optimizer's runs in memory together.
+    and `jax.vmap`ped over alongside the values and seeds, so an accelerator trains
+    `len(optimizers) * len(values) * seeds` runs at once where `elo.tune` would leave it mostly
+    idle. (Compilation is shared either way: `elo.tune` on checkpoints of one architecture
+    reuses its compiled program.) On a CPU, whose cores the vmapped values and seeds already
+    keep busy, expect little gain; every optimizer's runs are held in memory together.
 
     **Arguments:**
 
@@ -376,6 +377,7 @@ def tune_many(
         num_steps,
         eval_every,
     )
+    losses, measured = jax.device_get((losses, measured))  # one transfer for every optimizer
     run = (task, num_steps, eval_every, seed_values)
     return tuple(
         _tuned(label, "learning_rate_multiplier", grid_values, run, losses[i], measured[i])
@@ -388,11 +390,14 @@ def _stack_optimizers(
 ) -> tuple[AbstractLearnedOptimizer, AbstractLearnedOptimizer]:
     """(the optimizers' arrays stacked on a new leading axis, the rest of them), refusing
     optimizers that differ in anything but their weights."""
-    if not optimizers or not all(isinstance(o, AbstractLearnedOptimizer) for o in optimizers):
-        raise ValueError(
-            f"tune_many takes a non-empty list of learned optimizers, got {optimizers!r}; tune "
-            "a baseline by name with elo.tune."
-        )
+    if not optimizers:
+        raise ValueError("tune_many takes a non-empty list of learned optimizers, got none.")
+    for i, o in enumerate(optimizers):
+        if not isinstance(o, AbstractLearnedOptimizer):
+            raise ValueError(
+                f"tune_many takes a non-empty list of learned optimizers; optimizers[{i}] is a "
+                f"{type(o).__name__}. Tune a baseline by name with elo.tune."
+            )
     parts = [eqx.partition(o, eqx.is_array) for o in optimizers]
     first_arrays, skeleton = parts[0]
     shapes = [(x.shape, x.dtype) for x in jax.tree.leaves(first_arrays)]

@@ -159,20 +159,31 @@ def test_bad_tuning_arguments_are_refused(lo):
 
 
 @pytest.mark.parametrize("make", [elo.SmallFC, elo.Celo2], ids=["small_fc", "celo2"])
-def test_tune_many_equals_tuning_each_optimizer_alone(make):
+def test_tune_many_equals_tuning_each_optimizer_alone(make, monkeypatch):
     # An MLP: Celo2's network only steers matrices (vectors take its AdamW path).
     task = elo.tasks.get_task("mlp-w8-d1_mnist-8x8x1")
     los = [make(key=jr.key(k)) for k in (1, 2)]
+    traced = []
+    train = elo._tuning._train
+
+    def counted(*args):
+        traced.append(1)
+        return train(*args)
+
+    monkeypatch.setattr(elo._tuning, "_train", counted)
     many = elo.tune_many(
         los, task, num_steps=8, values=[0.5, 4.0], seeds=2, eval_every=4, names=["a", "b"]
     )
+    assert len(traced) == 1  # both optimizers' runs went through one (vmapped) program
+    monkeypatch.undo()
     assert [t.name for t in many] == ["a", "b"]
     for lo, tuned in zip(los, many):
         alone = elo.tune(lo, task, num_steps=8, values=[0.5, 4.0], seeds=2, eval_every=4)
-        assert tuned.values == alone.values and tuned.selected == alone.selected
+        assert tuned.selected == alone.selected
         assert tuned.hyperparameter == "learning_rate_multiplier"
         for mine, theirs in zip(tuned.sweep, alone.sweep):
             for metric in ("minibatch_loss", "validation_loss", "test_loss"):
+                # float32 round-off only: a vmapped batch may sum in another order.
                 np.testing.assert_allclose(
                     getattr(mine, metric), getattr(theirs, metric), rtol=1e-5, atol=1e-6
                 )
@@ -186,7 +197,7 @@ def test_tune_many_refuses_optimizers_of_different_architectures(lo):
     wider = elo.SmallFC(key=jr.key(0), hidden_size=8)
     with pytest.raises(ValueError, match="more than its weights"):
         elo.tune_many([lo, wider], QUADRATIC, num_steps=4)
-    with pytest.raises(ValueError, match="non-empty list of learned optimizers"):
+    with pytest.raises(ValueError, match="non-empty list of learned optimizers, got none"):
         elo.tune_many([], QUADRATIC, num_steps=4)
     with pytest.raises(ValueError, match="one each"):
         elo.tune_many([lo, lo], QUADRATIC, num_steps=4, names=["a"])

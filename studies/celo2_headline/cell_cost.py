@@ -10,9 +10,12 @@ the architecture, not the weights), each `jax.jit`-compiled and vmapped over the
 `settings.SWEEP_POINTS * settings.EVAL_SEEDS` runs of one tuning. The minimum and median of
 `--repeats` timed steps after a warm-up, and from the minimum the projected minutes of training
 steps per optimizer over the protocol's cells (`settings.cells`; the evaluations of whole splits
-and compilation come on top). Written to `DIR/cell_cost.json` with the environment and the load
-average before and after. Time it alone: anything else on the two cores inflates it. Never
-asserts anything about speed.
+and compilation come on top). Left out, so slightly below what a tuning pays per step: drawing
+the minibatch (done before the timing), the `lax.scan` around the steps, the learning-rate
+schedules and the multiplier's `optax.scale` (constant learning rates here). Repeated runs move
+the figures by about 10% (a cheap step can time below its gradient alone). Written to
+`DIR/cell_cost.json` with the environment and the load average before and after. Time it
+alone: anything else on the two cores inflates it. Never asserts anything about speed.
 """
 
 import argparse

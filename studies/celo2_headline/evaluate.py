@@ -10,11 +10,13 @@ of a 2-core machine takes tens of hours, and this lets one working session finis
 cells for every optimizer before it starts another task's.
 
 `--checkpoints selected|final` (for `runs`) evaluates only the selected (or final) checkpoints.
-`--stack` (for `runs` and `horizon`) tunes every pending checkpoint of one architecture on a
-cell in one compiled program (`elo.tune_many`): for an accelerator, where one tuning leaves the
-chip mostly idle. Each result records `stacked_with` (how many were tuned together) and the
-group's `seconds`. On the CPU it gains nothing (measured per step in `cell_cost.py`: the runs
-are already vmapped over values and seeds).
+`--stack` (for `runs` and `horizon`) tunes the pending checkpoints of one architecture on a
+cell together, `--stack-max` at a time, in one compiled program (`elo.tune_many`): for an
+accelerator, where one tuning leaves the chip mostly idle. Each result records `stacked_with`
+(how many were tuned together), `group_seconds` (their wall time) and `seconds` (its share).
+On the CPU, whose cores the vmapped values and seeds already keep busy, little is to be gained
+(not measured). Matrix products run at float32 precision everywhere (an accelerator's default
+may be TF32), so that results made on different devices compare.
 
 Each (optimizer, cell) is `elo.tune`: settings.SWEEP_POINTS values on a log grid (peak learning
 rates of AdamW/Muon/SGD with warm-up and cosine decay; a learned optimizer's `learning_rate`
@@ -39,7 +41,7 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import equinox as eqx
 import jax
@@ -69,6 +71,7 @@ def cells(only: Sequence[str] | None = None) -> list[tuple[str, int]]:
     every = settings.cells()
     if only is None:
         return every
+    only = [only] if isinstance(only, str) else list(only)
     unknown = sorted(set(only) - {task for task, _ in every})
     if unknown:
         names = ", ".join(dict.fromkeys(task for task, _ in every))
@@ -155,19 +158,31 @@ def tune_cached(
         if path.is_file():
             return
         started = time.perf_counter()
-        tuned = elo.tune(
-            optimizer,
-            get_task(task_name),
-            num_steps=horizon,
-            num_values=settings.SWEEP_POINTS,
-            seeds=settings.EVAL_SEEDS,
-            eval_every=max(1, horizon // 10),
-        )
+        tuned = elo.tune(optimizer, get_task(task_name), **protocol(horizon))
         result = summarise(tuned, time.perf_counter() - started)
         if weights_sha256 is not None:
             result["weights_sha256"] = weights_sha256
         common.write_json(path, result)
         log(f"{path.relative_to(path.parents[2])}: {time.perf_counter() - started:.0f} s")
+
+
+class TuningArgs(TypedDict):
+    """`elo.tune`'s and `elo.tune_many`'s arguments for one cell."""
+
+    num_steps: int
+    num_values: int
+    seeds: int
+    eval_every: int
+
+
+def protocol(horizon: int) -> TuningArgs:
+    """The protocol's tuning of one cell (`elo.tune`'s and `elo.tune_many`'s arguments)."""
+    return {
+        "num_steps": horizon,
+        "num_values": settings.SWEEP_POINTS,
+        "seeds": settings.EVAL_SEEDS,
+        "eval_every": max(1, horizon // 10),
+    }
 
 
 def tune_cached_stacked(
@@ -192,42 +207,52 @@ def tune_cached_stacked(
         if not held:
             return
         started = time.perf_counter()
-        tuned = elo.tune_many(
-            [lo for _, lo in held],
-            get_task(task_name),
-            num_steps=horizon,
-            num_values=settings.SWEEP_POINTS,
-            seeds=settings.EVAL_SEEDS,
-            eval_every=max(1, horizon // 10),
-        )
+        tuned = elo.tune_many([lo for _, lo in held], get_task(task_name), **protocol(horizon))
         seconds = time.perf_counter() - started
         for (path, _), one in zip(held, tuned):
-            common.write_json(path, summarise(one, seconds) | {"stacked_with": len(held)})
+            extra = {"stacked_with": len(held), "group_seconds": seconds}
+            common.write_json(path, summarise(one, seconds / len(held)) | extra)
         log(f"{task_name}@{horizon}: {len(held)} optimizers together, {seconds:.0f} s")
 
 
 def architectures(
     items: list[tuple[Path, elo.AbstractLearnedOptimizer]],
 ) -> list[list[tuple[Path, elo.AbstractLearnedOptimizer]]]:
-    """`items` grouped by architecture (class, hyperparameters, shapes), in first-seen order."""
-    groups: dict[Any, list[tuple[Path, elo.AbstractLearnedOptimizer]]] = {}
+    """`items` grouped by architecture, in first-seen order: optimizers that differ only in
+    their weights (`same_architecture`), which `elo.tune_many` takes together."""
+    groups: list[list[tuple[Path, elo.AbstractLearnedOptimizer]]] = []
     for path, lo in items:
-        arrays, rest = eqx.partition(lo, eqx.is_array)
-        shapes = tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(arrays))
-        key = (jax.tree.structure(lo), shapes, tuple(jax.tree.leaves(rest)))
-        groups.setdefault(key, []).append((path, lo))
-    return list(groups.values())
+        for group in groups:
+            if same_architecture(group[0][1], lo):
+                group.append((path, lo))
+                break
+        else:
+            groups.append([(path, lo)])
+    return groups
+
+
+def same_architecture(a: elo.AbstractLearnedOptimizer, b: elo.AbstractLearnedOptimizer) -> bool:
+    """Whether `a` and `b` differ only in their weights: the same tree structure (static fields
+    included), array shapes and dtypes, and non-array leaves; `elo.tune_many`'s rule."""
+    (arrays_a, rest_a), (arrays_b, rest_b) = (eqx.partition(o, eqx.is_array) for o in (a, b))
+    shapes_a = [(x.shape, x.dtype) for x in jax.tree.leaves(arrays_a)]
+    shapes_b = [(x.shape, x.dtype) for x in jax.tree.leaves(arrays_b)]
+    return (
+        jax.tree.structure(arrays_a) == jax.tree.structure(arrays_b)
+        and shapes_a == shapes_b
+        and bool(eqx.tree_equal(rest_a, rest_b))
+    )
 
 
 def tune_cells(
     items: list[tuple[str, elo.AbstractLearnedOptimizer]],
     out: Path,
     cell_list: list[tuple[str, int]],
-    stack: bool,
+    stack: int,
 ) -> None:
     """Tune every (result directory under `out`, optimizer) of `items` on every cell, one at a
-    time or, with `stack`, each architecture's together per cell."""
-    if not stack:
+    time or, with `stack` > 0, up to `stack` of one architecture together per cell."""
+    if stack <= 0:
         for name, lo in items:
             for task, horizon in cell_list:
                 tune_cached(out / name / f"{task}@{horizon}.json", lo, task, horizon)
@@ -235,7 +260,8 @@ def tune_cells(
     for task, horizon in cell_list:
         cell_items = [(out / name / f"{task}@{horizon}.json", lo) for name, lo in items]
         for group in architectures(cell_items):
-            tune_cached_stacked(group, task, horizon)
+            for start in range(0, len(group), stack):
+                tune_cached_stacked(group[start : start + stack], task, horizon)
 
 
 def set_aside_stale(path: Path, digest: str) -> None:
@@ -266,7 +292,7 @@ def run_learned(
     out: Path,
     results: Path,
     only: Sequence[str] | None = None,
-    stack: bool = False,
+    stack: int = 0,
     checkpoints: Sequence[str] = ("best", "final"),
 ) -> None:
     # Every run's selected checkpoint before any final one: the rule judges the selected ones,
@@ -283,10 +309,13 @@ def run_learned(
         tune_cells(items, out / "runs", cells(only), stack)
 
 
-def run_long_horizon(out: Path, only: Sequence[str] | None = None, stack: bool = False) -> None:
+def run_long_horizon(out: Path, only: Sequence[str] | None = None, stack: int = 0) -> None:
     if only is not None:
         cells(only)  # refuses a task the study does not hold out
     long_cells = [(t, LONG_HORIZON) for t in LONG_HORIZON_TASKS if only is None or t in only]
+    if not long_cells:
+        log(f"no 30K cell among {list(only or ())}: item 1 uses {', '.join(LONG_HORIZON_TASKS)}")
+        return
     for task, horizon in long_cells:
         tune_cached(out / "horizon" / "adamw" / f"{task}@{horizon}.json", "adamw", task, horizon)
     items = [
@@ -342,6 +371,13 @@ def main() -> None:
         help="runs/horizon: tune each architecture's checkpoints together per cell (accelerators)",
     )
     parser.add_argument(
+        "--stack-max",
+        type=int,
+        default=6,
+        metavar="N",
+        help="with --stack: at most N checkpoints together (memory, a command's time limit)",
+    )
+    parser.add_argument(
         "--task",
         action="append",
         metavar="NAME",
@@ -351,6 +387,9 @@ def main() -> None:
     only = args.task
     if args.stack and args.command not in ("runs", "horizon"):
         parser.error("--stack applies to `runs` and `horizon` only")
+    if args.stack_max < 1:
+        parser.error(f"--stack-max must be a positive integer, got {args.stack_max}")
+    stack = args.stack_max if args.stack else 0
     if only is not None:
         cells(only)  # an unknown name stops here, before anything is written
     results = Path(args.results_dir)
@@ -361,15 +400,17 @@ def main() -> None:
         raise SystemExit(f"{path} records other evaluation settings; use another --results-dir.")
     if not path.is_file():
         common.write_json(path, {"settings": current, "environment": common.environment()})
-    if args.command == "baselines":
-        run_baselines(out, only)
-    elif args.command == "runs":
-        which = {"selected": ("best",), "final": ("final",), "both": ("best", "final")}
-        run_learned(out, results, only, args.stack, which[args.checkpoints])
-    elif args.command == "shipped":
-        run_shipped(out, only)
-    else:
-        run_long_horizon(out, only, args.stack)
+    # float32 matrix products on every device (an accelerator's default may be TF32).
+    with jax.default_matmul_precision("highest"):
+        if args.command == "baselines":
+            run_baselines(out, only)
+        elif args.command == "runs":
+            which = {"selected": ("best",), "final": ("final",), "both": ("best", "final")}
+            run_learned(out, results, only, stack, which[args.checkpoints])
+        elif args.command == "shipped":
+            run_shipped(out, only)
+        else:
+            run_long_horizon(out, only, stack)
 
 
 if __name__ == "__main__":

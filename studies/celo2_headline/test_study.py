@@ -1,6 +1,7 @@
 """The headline study's fixed choices: every run's configuration is valid, and the pilot's and
 the checkpoint selection's rules pick what they say, on synthetic results."""
 
+import fcntl
 import json
 import math
 import os
@@ -137,7 +138,7 @@ def test_every_protocol_cell_is_listed_once():
     assert len(cells) == len(set(cells)) == 14
 
 
-def test_task_restricts_every_command_to_that_tasks_cells(tmp_path, monkeypatch):
+def test_task_restricts_baselines_and_horizon_to_that_tasks_cells(tmp_path, monkeypatch):
     from studies.celo2_headline import evaluate
 
     task = "mlp-w64-d2_cifar10-8x8x3"
@@ -297,6 +298,26 @@ def test_cell_cost_times_a_vmapped_step_of_every_optimizer(tmp_path):
         assert len(times) == 2 and all(t > 0 for t in times)
 
 
+def test_cell_cost_projects_each_optimizers_minutes_over_the_protocols_cells(tmp_path, monkeypatch):
+    from studies.celo2_headline import cell_cost
+
+    per_step = {name: 0.01 * (i + 1) for i, name in enumerate(cell_cost.OPTIMIZERS)}
+    monkeypatch.setattr(
+        cell_cost, "step_seconds", lambda task, name, *_: [per_step[name], 2 * per_step[name]]
+    )
+    monkeypatch.setattr(cell_cost.evaluate, "get_task", lambda name: name)
+    monkeypatch.setattr(sys, "argv", ["cell_cost", "--results-dir", str(tmp_path)])
+    cell_cost.main()
+    written = common.load_json(tmp_path / "cell_cost.json")
+    steps = written["steps_per_task"]
+    assert steps["mlp-w128-d3_fashionmnist-8x8x1"] == 16_000  # 1K + 5K + 10K
+    assert steps["conv-c16-d2_cifar10-8x8x3"] == 16_300  # and the 300-step short run
+    total = sum(h for _, h in settings.cells())
+    assert sum(steps.values()) == total
+    assert written["projected_training_minutes"]["adamw"] == pytest.approx(0.02 * total / 60)
+    assert "gradient_only" not in written["projected_training_minutes"]
+
+
 def test_stacked_tuning_writes_each_result_as_tuning_alone_would(tmp_path):
     from studies.celo2_headline import evaluate
 
@@ -313,16 +334,66 @@ def test_stacked_tuning_writes_each_result_as_tuning_alone_would(tmp_path):
     evaluate.tune_cached(alone, small[1], task, horizon)
     stacked, single = common.load_json(paths[1]), common.load_json(alone)
     assert stacked["stacked_with"] == 2 and "stacked_with" not in single
+    assert stacked["seconds"] == pytest.approx(stacked["group_seconds"] / 2)
     assert stacked["selected"] == single["selected"]
     got = [v["validation_loss"] for v in stacked["sweep"]]
     want = [v["validation_loss"] for v in single["sweep"]]
-    assert got == pytest.approx(want, rel=1e-5)
+    assert got == pytest.approx(want, rel=1e-5)  # float32 round-off of a differently batched sum
     assert common.load_json(paths[0])["sweep"] != stacked["sweep"]  # s0's own weights
     common.write_json(paths[1], {"kept": True})
     paths[0].unlink()
     evaluate.tune_cached_stacked(list(zip(paths, small)), task, horizon)  # redoes s0 only
     assert common.load_json(paths[1]) == {"kept": True}
     assert common.load_json(paths[0])["stacked_with"] == 1
+    paths[0].unlink()
+    paths[1].unlink()
+    with open(paths[1].with_suffix(".lock"), "w") as other_driver:
+        fcntl.flock(other_driver, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        evaluate.tune_cached_stacked(list(zip(paths, small)), task, horizon)
+    assert not paths[1].exists()  # another driver's: left to it
+    assert common.load_json(paths[0])["stacked_with"] == 1
+
+
+def test_stack_tunes_each_architecture_in_groups_of_at_most_stack_max(tmp_path, monkeypatch):
+    from studies.celo2_headline import evaluate
+
+    small = [elo.SmallFC(key=jax.random.key(k)) for k in range(3)]
+    items = [("p0", small[0]), ("c", elo.Celo2(key=jax.random.key(0))), ("p1", small[1])]
+    items.append(("p2", small[2]))
+    groups = []
+    monkeypatch.setattr(
+        evaluate,
+        "tune_cached_stacked",
+        lambda group, task, horizon: groups.append([p.parent.name for p, _ in group]),
+    )
+    evaluate.tune_cells(items, tmp_path, [("t", 5)], stack=2)
+    assert groups == [["p0", "p1"], ["p2"], ["c"]]
+    monkeypatch.setattr(
+        evaluate, "tune_cells", lambda items, out, cells, stack: groups.append(stack)
+    )
+    common.write_json(tmp_path / "main" / "pes_celo2" / "s0" / "meta.json", {})
+    monkeypatch.setattr(evaluate.elo, "load_optimizer", lambda path: path.name)
+    argv = ["evaluate", "runs", "--results-dir", str(tmp_path), "--stack"]
+    for extra, stack in (([], 6), (["--stack-max", "3"], 3)):
+        groups.clear()
+        monkeypatch.setattr(sys, "argv", [*argv, *extra, "--checkpoints", "selected"])
+        evaluate.main()
+        assert groups == [stack]
+    for bad in (["baselines", "--stack"], ["runs", "--stack", "--stack-max", "0"]):
+        monkeypatch.setattr(sys, "argv", ["evaluate", *bad, "--results-dir", str(tmp_path)])
+        with pytest.raises(SystemExit):
+            evaluate.main()
+
+
+def test_horizon_with_a_task_without_a_30k_cell_does_nothing(tmp_path, monkeypatch):
+    from studies.celo2_headline import evaluate
+
+    def refuse(*args):
+        raise AssertionError("nothing should be loaded or tuned")
+
+    monkeypatch.setattr(evaluate.elo, "load_optimizer", refuse)
+    monkeypatch.setattr(evaluate, "tune_cached", refuse)
+    evaluate.run_long_horizon(tmp_path, ["gru-h32_mnist-rows-8x8"])
 
 
 def test_checkpoints_selected_evaluates_only_each_runs_selected_checkpoint(tmp_path, monkeypatch):
