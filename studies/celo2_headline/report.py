@@ -433,9 +433,24 @@ def summarise(root: Path) -> dict[str, Any]:
         "h3": h3(table),
         "default_step": default_step(table),
         "shipped": shipped(root / "evaluation", table),
+        "grid_edges": grid_edges(results),
         "cells": table,
         "provenance": provenance(results, root),
     }
+
+
+def grid_edges(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every tuned choice at an end of its sweep (`"lowest"` or `"highest"` value of the grid),
+    by result path: there the best setting may lie beyond the grid. Reported, not judged."""
+    edges = []
+    for path, data in sorted(results.items()):
+        sweep = data.get("sweep") or []
+        if len(sweep) < 2 or "selected" not in data:
+            continue
+        end = {0: "lowest", len(sweep) - 1: "highest"}.get(data["selected"])
+        if end is not None:
+            edges.append({"result": path.removesuffix(".json"), "end": end, "value": data["value"]})
+    return edges
 
 
 def status_line(present: int, expected: int) -> str:
@@ -634,6 +649,14 @@ def _h2_line(two: dict[str, Any], of: int) -> str:
     )
 
 
+def _edges_table(summary) -> list[str]:
+    edges = summary["grid_edges"]
+    if not edges:
+        return ["None so far.", ""]
+    rows = [[f"`{e['result']}`", e["end"], f"{e['value']:.3g}"] for e in edges]
+    return _table(["result", "end of the grid", "chosen value"], rows)
+
+
 def _verdict_lines(summary) -> list[str]:
     of = len(summary["cells"])
     h3 = "; ".join(
@@ -702,6 +725,13 @@ def markdown(summary: dict[str, Any]) -> str:
         "yet; div: diverged.",
         "",
         *_shipped_table(summary),
+        "### Choices at an end of the sweep",
+        "",
+        "Tuned values chosen at the lowest or highest point of their 7-value grid (study "
+        "results): there the best setting may lie beyond the grid, so the tuned value "
+        "flatters no one and may understate the optimizer. Reported, not judged.",
+        "",
+        *_edges_table(summary),
         "### Provenance",
         "",
         "- evaluation commits (results): "

@@ -513,3 +513,26 @@ def test_provenance_names_the_source_commit_of_a_copied_segment(tmp_path):
     ]
     common.write_json(tmp_path / "main" / "elo_celo2" / "s0" / "segments.json", segments)
     assert report.provenance({}, tmp_path)["meta_training_commits"] == ["aaaaaaa", "bbbbbbb"]
+
+
+def test_choices_at_an_end_of_the_sweep_are_listed(tmp_path):
+    evaluation = _tree(tmp_path)
+    key = KEYS[0]
+    sweep = [{"value": v} for v in (0.1, 1.0, 10.0)]
+    for path, selected in (
+        (evaluation / "baselines" / "muon" / f"{key}.json", 0),
+        (evaluation / "runs" / "pes_celo2" / "s1" / "best" / f"{key}.json", 2),
+        (evaluation / "runs" / "elo_celo2" / "s1" / "best" / f"{key}.json", 1),  # inside
+    ):
+        data = json.loads(path.read_text())
+        _write(
+            path, data | {"sweep": sweep, "selected": selected, "value": sweep[selected]["value"]}
+        )
+    summary = report.summarise(tmp_path)
+    assert summary["grid_edges"] == [
+        {"result": f"baselines/muon/{key}", "end": "lowest", "value": 0.1},
+        {"result": f"runs/pes_celo2/s1/best/{key}", "end": "highest", "value": 10.0},
+    ]
+    text = report.markdown(summary)
+    assert f"| `runs/pes_celo2/s1/best/{key}` | highest | 10 |" in text
+    assert "None so far." in report.markdown(report.summarise(tmp_path / "empty"))
