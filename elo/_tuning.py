@@ -181,6 +181,27 @@ class Tuned(eqx.Module):
         }
 
 
+def _grid_values(values: Any, num_values: Any, grid: str) -> list[float]:
+    """The swept values: `values` checked, else `num_values` log-spaced over the grid's range."""
+    if values is None:
+        if not is_int_at_least(num_values, 1):
+            raise ValueError(f"num_values must be a positive integer, got {num_values!r}.")
+        values = log_grid(*SWEEP_RANGES[grid], num_values)
+    return _check_values(values, "values")
+
+
+def _labels(optimizers: Sequence[Any], names: Sequence[str] | None) -> list[str]:
+    """One label per optimizer: `names`, else a baseline's name or the optimizer's class."""
+    if names is None:
+        return [o if isinstance(o, str) else type(o).__name__ for o in optimizers]
+    labels = list(names)
+    if len(labels) != len(optimizers):
+        raise ValueError(
+            f"names has {len(labels)} labels for {len(optimizers)} optimizers; give one each."
+        )
+    return labels
+
+
 def _check_values(values: Any, field: str) -> list[float]:
     try:
         floats = [float(v) for v in values]
@@ -252,11 +273,7 @@ def tune(
             f"Cannot tune {optimizer!r}: pass a learned optimizer or one of "
             f"{', '.join(TUNED_BASELINES)}."
         )
-    if values is None:
-        if not is_int_at_least(num_values, 1):
-            raise ValueError(f"num_values must be a positive integer, got {num_values!r}.")
-        values = log_grid(*SWEEP_RANGES[grid], num_values)
-    grid_values = _check_values(values, "values")
+    grid_values = _grid_values(values, num_values, grid)
     task = _resolve_task(task, batch_size, data_dir)
     losses, measured = _train(
         task,
@@ -354,19 +371,8 @@ def tune_many(
     eval_every, seed_values = _check_run_args(num_steps, eval_every, seeds)
     optimizers = list(optimizers)
     stacked, skeleton = _stack_optimizers(optimizers)
-    if names is None:
-        labels = [type(o).__name__ for o in optimizers]
-    else:
-        labels = list(names)
-        if len(labels) != len(optimizers):
-            raise ValueError(
-                f"names has {len(labels)} labels for {len(optimizers)} optimizers; give one each."
-            )
-    if values is None:
-        if not is_int_at_least(num_values, 1):
-            raise ValueError(f"num_values must be a positive integer, got {num_values!r}.")
-        values = log_grid(*SWEEP_RANGES["learned"], num_values)
-    grid_values = _check_values(values, "values")
+    labels = _labels(optimizers, names)
+    grid_values = _grid_values(values, num_values, "learned")
     task = _resolve_task(task, batch_size, data_dir)
     losses, measured = _train_stacked(
         task,
@@ -529,14 +535,7 @@ def compare(
         ```
     """
     optimizers = list(optimizers)
-    if names is None:
-        labels = [o if isinstance(o, str) else type(o).__name__ for o in optimizers]
-    else:
-        labels = list(names)
-        if len(labels) != len(optimizers):
-            raise ValueError(
-                f"names has {len(labels)} labels for {len(optimizers)} optimizers; give one each."
-            )
+    labels = _labels(optimizers, names)
     for o in optimizers:
         if not (isinstance(o, AbstractLearnedOptimizer) or o in TUNED_BASELINES):
             raise ValueError(
