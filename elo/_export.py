@@ -5,7 +5,6 @@ name and constructor hyperparameters (`optimizer_spec`); the weights follow as a
 PyLO's PyTorch layout is in `_pylo.py`.
 """
 
-import dataclasses
 import inspect
 import os
 from collections.abc import Mapping
@@ -42,12 +41,7 @@ def optimizer_spec(lo: AbstractLearnedOptimizer) -> dict[str, Any]:
             f"Cannot save a learned optimizer of type {name}; supported: "
             f"{', '.join(_OPTIMIZER_CLASSES)}."
         )
-    accepted = inspect.signature(type(lo).__init__).parameters
-    hyper: dict[str, Any] = {"hidden_size": int(lo.b0.shape[0])}
-    for field in dataclasses.fields(lo):
-        if field.metadata.get("static", False) and field.name in accepted:
-            value = getattr(lo, field.name)
-            hyper[field.name] = list(value) if isinstance(value, tuple) else value
+    hyper = {k: list(v) if isinstance(v, tuple) else v for k, v in lo.hyperparameters().items()}
     return {"class": name, "hyperparameters": hyper}
 
 

@@ -110,6 +110,39 @@ def test_weight_roundtrip_and_validation(cls):
         cls()
 
 
+@pytest.mark.parametrize("cls", LOS, ids=lambda c: c.__name__)
+def test_with_hyperparameters_keeps_weights_and_changes_only_what_is_asked(cls):
+    lo = cls(key=jax.random.key(0))
+    change = {"clip_norm": 0.5, "warmup_fraction": 0.05}
+    changed = lo.with_hyperparameters(**change)
+    assert type(changed) is cls
+    assert all(getattr(changed, k) is getattr(lo, k) for k in WEIGHT_NAMES)
+    assert changed.hyperparameters() == {**lo.hyperparameters(), **change}
+    # the same as building it with those settings and these weights
+    rebuilt = cls(weights=lo.export_weights(), **{**lo.hyperparameters(), **change})
+    assert bool(eqx.tree_equal(changed, rebuilt))
+    # traced weights stay traced (usable inside jit)
+    total = eqx.filter_jit(lambda o: o.with_hyperparameters(clip_norm=2.0).w1.sum())(lo)
+    assert float(total) == pytest.approx(float(lo.w1.sum()))
+    with pytest.raises(ValueError, match="unknown setting.*'nope'"):
+        lo.with_hyperparameters(nope=1)
+    with pytest.raises(ValueError, match="cannot change.*hidden_size"):
+        lo.with_hyperparameters(hidden_size=4)
+    with pytest.raises(ValueError, match="clip_norm"):
+        lo.with_hyperparameters(clip_norm=0.0)
+
+
+def test_celo2_test_time_schedule_decays_the_step():
+    lo = Celo2(key=jax.random.key(0))
+    decayed = lo.with_hyperparameters(init_lr=0.0, end_lr=0.0, warmup_fraction=0.05)
+    assert float(lo.learning_rate(999, 1000)) == pytest.approx(1e-3)
+    # warm-up over 50 updates to the peak, half of it halfway through the decay, 0 at the end
+    assert float(decayed.learning_rate(24, 1000)) == pytest.approx(0.5e-3)
+    assert float(decayed.learning_rate(49, 1000)) == pytest.approx(1e-3)
+    assert float(decayed.learning_rate(524, 1000)) == pytest.approx(0.5e-3)
+    assert float(decayed.learning_rate(999, 1000)) == pytest.approx(0.0, abs=1e-12)
+
+
 def test_celo2_haiku_groups_are_stacked_in_numeric_order():
     lo = Celo2(key=jax.random.key(0))
     weights = lo.export_weights()

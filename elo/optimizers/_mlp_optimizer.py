@@ -1,9 +1,12 @@
 """What SmallFC and Celo2 share: an MLP's weights, the shared accumulators, gradient clipping."""
 
+import dataclasses
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
@@ -79,6 +82,61 @@ class AbstractMLPOptimizer(AbstractLearnedOptimizer[LOState]):
             lambda lo: [getattr(lo, k) for k in WEIGHT_NAMES],
             self,
             [jnp.asarray(new[k]) for k in WEIGHT_NAMES],
+        )
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The constructor's keyword arguments that rebuild this optimizer (its weights aside):
+        `hidden_size` and every setting, e.g. SmallFC's `step_mult`, Celo2's `peak_lr`.
+
+        **Returns:**
+
+        A dict of plain Python values (tuples for the decays).
+        """
+        accepted = inspect.signature(type(self).__init__).parameters
+        hyper: dict[str, Any] = {"hidden_size": int(self.b0.shape[0])}
+        for field in dataclasses.fields(self):
+            if field.metadata.get("static", False) and field.name in accepted:
+                hyper[field.name] = getattr(self, field.name)
+        return hyper
+
+    def with_hyperparameters(self, **changes: Any) -> "AbstractMLPOptimizer":
+        """A copy with the same weights and some settings changed.
+
+        The settings are static fields, which `eqx.tree_at` cannot replace; this rebuilds the
+        optimizer through its constructor, so a changed value is checked as there. Typical use:
+        give a trained [`elo.Celo2`][] a test-time schedule, e.g. warm-up and cosine decay over
+        the run (`init_lr=0.0, end_lr=0.0, warmup_fraction=0.05`).
+
+        **Arguments:**
+
+        - `**changes`: constructor arguments (see [`elo.SmallFC`][], [`elo.Celo2`][]), except
+          `hidden_size`, `key` and `weights`, which the weights fix.
+
+        **Returns:**
+
+        A new optimizer of the same class.
+        """
+        owner = type(self).__name__
+        current = self.hyperparameters()
+        fixed = sorted(k for k in changes if k in ("hidden_size", "key", "weights"))
+        if fixed:
+            raise ValueError(
+                f"{owner}.with_hyperparameters cannot change {fixed}: the weights fix them. "
+                "Build a new optimizer (or use load_weights) instead."
+            )
+        unknown = sorted(k for k in changes if k not in current)
+        if unknown:
+            raise ValueError(
+                f"{owner}.with_hyperparameters: unknown setting(s) {unknown}; {owner} has "
+                f"{', '.join(sorted(k for k in current if k != 'hidden_size'))}."
+            )
+        # Placeholder weights, then this optimizer's arrays: works on traced weights too.
+        cls: Any = type(self)  # a concrete subclass: its constructor takes `key`
+        rebuilt = cls(key=jax.random.key(0), **{**current, **changes})
+        return eqx.tree_at(
+            lambda lo: [getattr(lo, k) for k in WEIGHT_NAMES],
+            rebuilt,
+            [getattr(self, k) for k in WEIGHT_NAMES],
         )
 
     def export_weights(self) -> dict[str, np.ndarray]:
