@@ -4,6 +4,7 @@
     python -m studies.celo2_headline.evaluate runs        # each finished main run, both checkpoints
     python -m studies.celo2_headline.evaluate horizon     # item 1: the small_fc study at 30K steps
     python -m studies.celo2_headline.evaluate shipped     # item 4: every optimizer elo ships
+    python -m studies.celo2_headline.evaluate decayed     # item 4: Celo2 with a decayed step
 
 `--task NAME` (repeatable) restricts any command to the cells of those tasks: the evaluation
 of a 2-core machine takes tens of hours, and this lets one working session finish a task's
@@ -30,6 +31,13 @@ result's `default_test_loss`) beside the tuned one, which the report sets beside
 Each result records the SHA-256 of the weights it was made with; a result made with other
 weights is set aside (`<file>.stale-<digest[:12]>`) and made again, and the report ignores it.
 These results are reported beside the study, outside its decision rule.
+
+`decayed` (item 4's investigation, `decision_rule.md`) tunes the selected checkpoint of every
+finished Celo2 main run again with the tuned baselines' schedule shape on its own rate
+(`settings.DECAYED_SCHEDULE`: warm-up over 5% of the run, cosine decay to 0) into
+`decayed/<arm>/s<seed>/best/<task>@<horizon>.json`; each result records the schedule
+(`lo_schedule`), and the report leaves out one made with another. Reported beside the verdicts,
+never in them.
 """
 
 import argparse
@@ -137,13 +145,14 @@ def tune_cached(
     task_name: str,
     horizon: int,
     weights_sha256: str | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """Tune `optimizer` on one cell into `path`, unless it exists or another driver has it.
 
     With `weights_sha256` (a shipped optimizer's weights), the result records it, and a cached
     result made with other weights (or with no record of them) is first set aside under a free
     name (`<file>.stale-<its digest's first 12 hex digits, or unknown>[-N]`): kept, no longer
-    read, made again.
+    read, made again. `extra` is added to the result.
     """
     if path.is_file() and weights_sha256 is None:
         return
@@ -162,7 +171,7 @@ def tune_cached(
         result = summarise(tuned, time.perf_counter() - started)
         if weights_sha256 is not None:
             result["weights_sha256"] = weights_sha256
-        common.write_json(path, result)
+        common.write_json(path, result | (extra or {}))
         log(f"{path.relative_to(path.parents[2])}: {time.perf_counter() - started:.0f} s")
 
 
@@ -309,6 +318,27 @@ def run_learned(
         tune_cells(items, out / "runs", cells(only), stack)
 
 
+def decayed(lo: elo.AbstractLearnedOptimizer) -> elo.AbstractLearnedOptimizer:
+    """`lo` with item 4's test-time schedule (`settings.DECAYED_SCHEDULE`) on its own rate."""
+    if not isinstance(lo, elo.Celo2):
+        raise SystemExit(f"`decayed` evaluates Celo2 checkpoints; got a {type(lo).__name__}.")
+    return lo.with_hyperparameters(**settings.DECAYED_SCHEDULE)
+
+
+def run_decayed(out: Path, results: Path, only: Sequence[str] | None = None) -> None:
+    # Task by task (as `--task` orders the session's work), every finished run on each cell.
+    runs = [
+        (f"{meta.parent.parent.name}/{meta.parent.name}/best", meta.parent / "best_optimizer.eqx")
+        for arm in settings.DECAYED_ARMS
+        for meta in sorted(results.glob(f"main/{arm}/s*/meta.json"))
+    ]
+    items = [(name, decayed(elo.load_optimizer(path))) for name, path in runs]
+    for task, horizon in cells(only):
+        for name, lo in items:
+            path = out / "decayed" / name / f"{task}@{horizon}.json"
+            tune_cached(path, lo, task, horizon, extra={"lo_schedule": settings.DECAYED_SCHEDULE})
+
+
 def run_long_horizon(out: Path, only: Sequence[str] | None = None, stack: int = 0) -> None:
     if only is not None:
         cells(only)  # refuses a task the study does not hold out
@@ -357,7 +387,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=("baselines", "runs", "horizon", "shipped"))
+    parser.add_argument("command", choices=("baselines", "runs", "horizon", "shipped", "decayed"))
     parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
     parser.add_argument(
         "--checkpoints",
@@ -409,6 +439,8 @@ def main() -> None:
             run_learned(out, results, only, stack, which[args.checkpoints])
         elif args.command == "shipped":
             run_shipped(out, only)
+        elif args.command == "decayed":
+            run_decayed(out, results, only)
         else:
             run_long_horizon(out, only, stack)
 

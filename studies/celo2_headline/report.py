@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from studies import common
-from studies.celo2_headline import settings
+from studies.celo2_headline import decayed_report, settings
 
 
 HERE = Path(__file__).parent
@@ -433,6 +433,7 @@ def summarise(root: Path) -> dict[str, Any]:
         "h3": h3(table),
         "default_step": default_step(table),
         "shipped": shipped(root / "evaluation", table),
+        "decayed": decayed_report.summarise(root / "evaluation", results, keys()),
         "grid_edges": grid_edges(results),
         "cells": table,
         "provenance": provenance(results, root),
@@ -725,6 +726,9 @@ def markdown(summary: dict[str, Any]) -> str:
         "yet; div: diverged.",
         "",
         *_shipped_table(summary),
+        "### Item 4: a decayed step (investigation, not judged)",
+        "",
+        *decayed_report.markdown(summary["decayed"]),
         "### Choices at an end of the sweep",
         "",
         "Tuned values chosen at the lowest or highest point of their 7-value grid (study "

@@ -100,6 +100,14 @@ ADAMW_LR = (1e-4, 1e-1)
 MUON_LR = (1e-3, 1.0)
 LO_MULTIPLIER = (0.1, 10.0)
 
+# Item 4, what the default step should depend on (decision_rule.md, "Item 4"): the Celo2
+# checkpoints evaluated again with the tuned baselines' schedule shape on their own rate
+# (warm-up over 5% of the run, cosine decay to 0) instead of the constant rate they were
+# meta-trained with: `Celo2.with_hyperparameters(**DECAYED_SCHEDULE)`. Not part of
+# `evaluation()`: the protocol's results are unchanged; each such result records it.
+DECAYED_SCHEDULE = {"init_lr": 0.0, "end_lr": 0.0, "warmup_fraction": 0.05}
+DECAYED_ARMS = ("pes_celo2", "elo_celo2")
+
 
 def cells() -> list[tuple[str, int]]:
     """Every held-out (task, horizon) of the protocol, in a fixed order."""

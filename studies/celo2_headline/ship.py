@@ -5,15 +5,19 @@
 
 The decision rule (`decision_rule.md`) fixes what ships: over the selected checkpoints of the
 six Celo2 main runs (both Celo2 arms × settings.MAIN_SEEDS), the lowest selection score
-(validation only), whatever the verdict. Its `best_optimizer.eqx` is copied to OUT/<name>.eqx and
-OUT/<name>.json records its provenance: the `elo meta-train` command as the run recorded it and
-the commits that trained it (with the top-level `study_commit`, `run_commit` and
-`shipped_at_commit` of the other shipped records), the machine, the configuration and budget, the
-selection with every candidate's score, and its held-out evaluation table from
-RESULTS/summary.json (`report.py`), whose summary says plainly whether it beats tuned AdamW.
+(validation only), whatever the verdict. Its `best_optimizer.eqx` is copied to OUT/<name>.eqx
+(with item 4's decayed schedule, `settings.DECAYED_SCHEDULE`, where the rule's validation-only
+choice in the report's `decayed` section gives it one) and OUT/<name>.json records its
+provenance (`schedule`: which, and the counts that chose it): the `elo meta-train` command as
+the run recorded it and the commits that trained it (with the top-level `study_commit`,
+`run_commit` and `shipped_at_commit` of the other shipped records), the machine, the
+configuration and budget, the selection with every candidate's score, and its held-out
+evaluation table from RESULTS/summary.json (`report.py`), whose summary says plainly whether it
+beats tuned AdamW.
 
 It refuses to ship before all six runs are summarised, the report is complete and it has the
-shipped seed's result and tuned AdamW's on every held-out cell. `--allow-partial` ships from what
+shipped seed's result and tuned AdamW's on every held-out cell, and item 4's choice of schedule
+(pending until its decayed results cover every cell). `--allow-partial` ships from what
 exists instead, labelled as such in the summary and in `selection` (`partial`, `missing`), the
 AdamW verdict "pending" while the missing cells could still decide it. It never writes into the
 package unless `--out-dir` says so.
@@ -132,15 +136,39 @@ def _cells_parts(run: tuple[str, int], lacking: dict[str, list[str]]) -> list[st
     return parts
 
 
+def schedule_choice(summary: dict[str, Any] | None, run: tuple[str, int]) -> dict[str, Any]:
+    """Item 4 of the rule for `run`'s checkpoint, from the report's `decayed` section: the
+    schedule it ships with (`constant`, `decayed` or `pending`) and the validation counts that
+    chose it."""
+    entry = ((summary or {}).get("decayed") or {}).get("runs", {}).get(run_label(run))
+    if entry is None:
+        return {"choice": "pending", "judged": 0, "of": len(report.keys())}
+    return {
+        "choice": entry["schedule"],
+        "judged": entry["judged"],
+        "of": entry["of"],
+        "validation_within": entry["validation_within"],
+        "test_within": entry["test_within"],
+    }
+
+
 def missing_inputs(results, missing, summary, run, lacking) -> list[str]:
     """What the rule needs and `results` lacks, each with the command that makes it: Celo2
-    main runs (`missing`), a complete report (`summary`, None when absent), and the shipped
-    `run`'s result and tuned AdamW's on every held-out cell (`lacking_cells`); [] when none."""
+    main runs (`missing`), a complete report (`summary`, None when absent), the shipped `run`'s
+    result and tuned AdamW's on every held-out cell (`lacking_cells`), and its item-4 results
+    (`schedule_choice`); [] when none."""
     parts = [_runs_part(results, missing)] if missing else []
     if not report_complete(summary):
         parts.append(_report_part(results, summary))
     if summary is not None and run is not None:
         parts += _cells_parts(run, lacking)
+        choice = schedule_choice(summary, run)
+        if choice["choice"] == "pending":
+            parts.append(
+                f"item 4's decayed-step results of main/{run_label(run)} on "
+                f"{choice['of'] - choice['judged']} of {choice['of']} cells "
+                f"(`{EVALUATE} decayed`, then the report)"
+            )
     return parts
 
 
@@ -450,9 +478,38 @@ def provenance(root: Path, metas, run: tuple[str, int], summary, missing: list[s
         "config": meta["config"],
         "budget": spent,
         "selection": _selection(metas, run, missing),
+        "schedule": shipped_schedule(summary, run),
         "evaluation": table,
         "evaluation_status": report_status(summary),
     }
+
+
+def shipped_schedule(summary: dict[str, Any] | None, run: tuple[str, int]) -> dict[str, Any]:
+    """The test-time schedule the shipped optimizer carries (decision_rule.md, item 4): the
+    decayed one (`settings.DECAYED_SCHEDULE`) where the rule chose it, else the constant one it
+    was meta-trained with (also while the choice is pending, in a partial ship: `chosen_by`
+    says so)."""
+    choice = schedule_choice(summary, run)
+    decayed = choice["choice"] == "decayed"
+    return {
+        "name": "decayed" if decayed else "constant",
+        "hyperparameters": dict(settings.DECAYED_SCHEDULE) if decayed else {},
+        "chosen_by": choice,
+    }
+
+
+def write_optimizer(source: Path, target: Path, schedule: dict[str, Any]) -> None:
+    """The selected checkpoint `source` written to `target`: copied as it is, or with the
+    shipped schedule's hyperparameters when it has any."""
+    if not schedule["hyperparameters"]:
+        shutil.copyfile(source, target)
+        return
+    import elo  # only here: the rest of shipping reads JSON
+
+    lo = elo.load_optimizer(source)
+    if not isinstance(lo, elo.Celo2):
+        raise SystemExit(f"{source} holds a {type(lo).__name__}, not the Celo2 the rule ships.")
+    elo.save_optimizer(target, lo.with_hyperparameters(**schedule["hyperparameters"]))
 
 
 def ship(results: Path, name: str, out: Path, allow_partial: bool = False) -> dict[str, Any]:
@@ -475,7 +532,8 @@ def ship(results: Path, name: str, out: Path, allow_partial: bool = False) -> di
 
     `SystemExit` with a one-line message naming what is missing and the commands that make it,
     unless all six runs are summarised, `summary.json` is complete and has the shipped run's
-    result and tuned AdamW's on every held-out cell (or `allow_partial`, with at least one run).
+    result and tuned AdamW's on every held-out cell and its item-4 choice of schedule (or
+    `allow_partial`, with at least one run).
     """
     metas = finished_runs(results)
     missing_runs = [r for r in study_runs() if r not in metas]
@@ -487,7 +545,8 @@ def ship(results: Path, name: str, out: Path, allow_partial: bool = False) -> di
         raise SystemExit(refusal(missing))
     record = provenance(results, metas, run, summary, missing)
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(run_results(results, *run) / "best_optimizer.eqx", out / f"{name}.eqx")
+    source = run_results(results, *run) / "best_optimizer.eqx"
+    write_optimizer(source, out / f"{name}.eqx", record["schedule"])
     common.write_json(out / f"{name}.json", report.json_ready(record))
     return record
 

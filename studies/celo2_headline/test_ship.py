@@ -106,9 +106,27 @@ def _tree(root: Path, weights, scores=None, value=lambda key: 0.9, segments=None
     return root
 
 
-def _summary(cells: dict, present: int = 500, expected: int = 500) -> dict:
+def _decayed(schedule: str = "constant", judged: int = len(KEYS)) -> dict:
+    """summary.json's item-4 section: every Celo2 run's choice of schedule (`schedule`)."""
+    entry = {
+        "judged": judged,
+        "of": len(KEYS),
+        "validation_within": {"constant": 3, "decayed": 5},
+        "test_within": {"constant": {"within": 3, "of": 14}, "decayed": {"within": 4, "of": 14}},
+        "schedule": schedule,
+    }
+    return {"runs": {ship.run_label(run): entry for run in RUNS}}
+
+
+def _summary(cells: dict, present: int = 500, expected: int = 500, decayed=None) -> dict:
     status = report.status_line(present, expected)
-    return {"status": status, "present": present, "expected": expected, "cells": cells}
+    return {
+        "status": status,
+        "present": present,
+        "expected": expected,
+        "cells": cells,
+        "decayed": decayed or _decayed(),
+    }
 
 
 def test_the_lowest_score_ships_byte_for_byte_with_its_provenance(tmp_path, weights):
@@ -430,3 +448,40 @@ def test_the_command_is_the_recorded_one_not_the_current_settings(tmp_path, weig
     assert flag("--validate-every") == "7" and flag("--steps") == "8000"
     assert record["command_sources"]["check_every"] == "settings.py"
     assert "taken from the current settings.py" in record["command_note"]
+
+
+def test_item_4s_decayed_choice_ships_the_checkpoint_with_the_decayed_schedule(tmp_path, weights):
+    scores = {run: 1.0 for run in RUNS} | {("pes_celo2", 2): 0.5}
+    results = _tree(tmp_path / "results", weights, scores)
+    summary = common.load_json(results / "summary.json")
+    common.write_json(results / "summary.json", summary | {"decayed": _decayed("decayed")})
+    record = ship.ship(results, "x", tmp_path / "out")
+    assert record["schedule"]["name"] == "decayed"
+    assert record["schedule"]["hyperparameters"] == settings.DECAYED_SCHEDULE
+    assert record["schedule"]["chosen_by"]["validation_within"] == {"constant": 3, "decayed": 5}
+    shipped = elo.load_optimizer(tmp_path / "out" / "x.eqx")
+    original = elo.load_optimizer(weights[("pes_celo2", 2)])
+    assert (shipped.init_lr, shipped.end_lr, shipped.warmup_fraction) == (0.0, 0.0, 0.05)
+    assert shipped.hyperparameters() == original.hyperparameters() | settings.DECAYED_SCHEDULE
+    assert all(
+        np.array_equal(shipped.export_weights()[k], original.export_weights()[k])
+        for k in original.export_weights()
+    )
+
+
+def test_a_constant_choice_ships_the_checkpoint_as_meta_trained(tmp_path, weights):
+    record = ship.ship(_tree(tmp_path / "results", weights), "x", tmp_path / "out")
+    assert record["schedule"]["name"] == "constant" and record["schedule"]["hyperparameters"] == {}
+    assert (tmp_path / "out" / "x.eqx").read_bytes() == weights[RUNS[0]].read_bytes()
+
+
+def test_a_pending_schedule_choice_refuses_and_allow_partial_ships_it_constant(tmp_path, weights):
+    results = _tree(tmp_path / "results", weights)
+    summary = common.load_json(results / "summary.json")
+    common.write_json(results / "summary.json", summary | {"decayed": _decayed("pending", 9)})
+    with pytest.raises(SystemExit, match="decayed-step results of main/pes_celo2/s0 on 5 of"):
+        ship.ship(results, "x", tmp_path / "out")
+    record = ship.ship(results, "x", tmp_path / "out", allow_partial=True)
+    assert record["schedule"]["name"] == "constant"
+    assert record["schedule"]["chosen_by"]["choice"] == "pending"
+    assert record["selection"]["partial"] is True

@@ -417,3 +417,34 @@ def test_checkpoints_selected_evaluates_only_each_runs_selected_checkpoint(tmp_p
     monkeypatch.setattr(sys, "argv", argv)  # default: both, the selected ones first
     evaluate.main()
     assert [lo for _, lo in tuned] == ["best_optimizer.eqx"] * 2 + ["final_optimizer.eqx"] * 2
+
+
+def test_decayed_tunes_each_celo2_runs_selected_checkpoint_with_the_decayed_step(
+    tmp_path, monkeypatch
+):
+    from studies.celo2_headline import evaluate
+
+    for arm in ("pes_celo2", "elo_celo2", "pes_small_fc"):
+        common.write_json(tmp_path / "main" / arm / "s1" / "meta.json", {})
+    celo2 = elo.Celo2(key=jax.random.key(0))
+    loaded = []
+    monkeypatch.setattr(evaluate.elo, "load_optimizer", lambda path: loaded.append(path) or celo2)
+    tuned = []
+    monkeypatch.setattr(
+        evaluate, "tune_cached", lambda path, lo, *_, **kw: tuned.append((path, lo, kw))
+    )
+    task = "gru-h32_mnist-rows-8x8"
+    argv = ["evaluate", "decayed", "--results-dir", str(tmp_path), "--task", task]
+    monkeypatch.setattr(sys, "argv", argv)
+    evaluate.main()
+    assert {p.name for p in loaded} == {"best_optimizer.eqx"}
+    assert sorted(p.relative_to(tmp_path / "evaluation" / "decayed") for p, _, _ in tuned) == [
+        Path(f"elo_celo2/s1/best/{task}@2000.json"),
+        Path(f"pes_celo2/s1/best/{task}@2000.json"),
+    ]
+    for _, lo, kw in tuned:
+        assert (lo.init_lr, lo.end_lr, lo.warmup_fraction) == (0.0, 0.0, 0.05)
+        assert lo.w0 is celo2.w0  # the checkpoint's weights, unchanged
+        assert kw == {"extra": {"lo_schedule": settings.DECAYED_SCHEDULE}}
+    with pytest.raises(SystemExit, match="Celo2 checkpoints"):
+        evaluate.decayed(elo.SmallFC(key=jax.random.key(0)))

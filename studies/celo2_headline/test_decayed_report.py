@@ -1,0 +1,119 @@
+"""Item 4's decayed-step investigation in the report (decayed_report.py) on synthetic results:
+the schedule a checkpoint gets is chosen on validation only, a tie keeps the meta-trained one, a
+missing cell leaves it pending, results made with another schedule are left out, and none of it
+touches the protocol's counts."""
+
+import json
+from pathlib import Path
+
+from studies.celo2_headline import decayed_report, report, settings
+
+
+KEYS = [report.cell_key(c) for c in settings.cells()]
+RUN = "pes_celo2/s0"
+
+
+def _result(default_val: float, chosen_val: float, test: float, default_test: float) -> dict:
+    """A tuned result whose default (index 1) and chosen (index 0) settings have the given
+    validation losses."""
+    return {
+        "value": 0.2,
+        "selected": 0,
+        "default_index": 1,
+        "test_loss": test,
+        "diverged": False,
+        "default_test_loss": default_test,
+        "default_diverged": False,
+        "sweep": [
+            {"value": 0.2, "validation_loss": chosen_val, "test_loss": test, "diverged": False},
+            {
+                "value": 1.0,
+                "validation_loss": default_val,
+                "test_loss": default_test,
+                "diverged": False,
+            },
+        ],
+        "environment": {"commit": "abc1234"},
+    }
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def _tree(root: Path, constant_val: float, decayed_val: float, decayed_test: float = 1.0) -> Path:
+    """AdamW (validation 1.0, test 1.0) and one run's constant and decayed results on every
+    cell, with the given validation losses at learning_rate=1; returns the evaluation folder."""
+    evaluation = root / "evaluation"
+    for key in KEYS:
+        _write(evaluation / "baselines/adamw" / f"{key}.json", _result(1.0, 1.0, 1.0, 1.0))
+        constant = _result(constant_val, 0.9, 1.0, 1.5)
+        _write(evaluation / "runs" / RUN / "best" / f"{key}.json", constant)
+        decayed = _result(decayed_val, 0.9, decayed_test, decayed_test)
+        decayed["lo_schedule"] = settings.DECAYED_SCHEDULE
+        _write(evaluation / "decayed" / RUN / "best" / f"{key}.json", decayed)
+    return evaluation
+
+
+def _summary(evaluation: Path) -> dict:
+    return decayed_report.summarise(evaluation, report.collect(evaluation), KEYS)
+
+
+def test_the_decayed_schedule_wins_on_validation_alone(tmp_path):
+    # decayed lr=1 within 1.25x AdamW's validation loss everywhere, constant nowhere; its test
+    # losses are made worse than the constant's: they must not matter.
+    evaluation = _tree(tmp_path, constant_val=2.0, decayed_val=1.2, decayed_test=3.0)
+    run = _summary(evaluation)["runs"][RUN]
+    assert run["judged"] == run["of"] == len(KEYS)
+    assert run["validation_within"] == {"constant": 0, "decayed": len(KEYS)}
+    assert run["schedule"] == "decayed"
+    assert run["test_within"]["decayed"] == {"within": 0, "of": len(KEYS)}
+
+
+def test_a_tie_keeps_the_meta_trained_schedule(tmp_path):
+    evaluation = _tree(tmp_path, constant_val=1.1, decayed_val=1.2)
+    run = _summary(evaluation)["runs"][RUN]
+    assert run["validation_within"] == {"constant": len(KEYS), "decayed": len(KEYS)}
+    assert run["schedule"] == "constant"
+
+
+def test_a_missing_cell_leaves_the_choice_pending(tmp_path):
+    evaluation = _tree(tmp_path, constant_val=2.0, decayed_val=1.0)
+    (evaluation / "decayed" / RUN / "best" / f"{KEYS[0]}.json").unlink()
+    run = _summary(evaluation)["runs"][RUN]
+    assert run["judged"] == len(KEYS) - 1
+    assert run["schedule"] == "pending"
+
+
+def test_a_result_made_with_another_schedule_is_left_out(tmp_path):
+    evaluation = _tree(tmp_path, constant_val=2.0, decayed_val=1.0)
+    path = evaluation / "decayed" / RUN / "best" / f"{KEYS[0]}.json"
+    data = json.loads(path.read_text())
+    data["lo_schedule"] = {**settings.DECAYED_SCHEDULE, "end_lr": 1e-4}
+    path.write_text(json.dumps(data))
+    summary = _summary(evaluation)
+    assert summary["stale"] == 1
+    assert summary["runs"][RUN]["schedule"] == "pending"
+
+
+def test_a_diverged_default_is_never_within(tmp_path):
+    evaluation = _tree(tmp_path, constant_val=2.0, decayed_val=1.0)
+    path = evaluation / "decayed" / RUN / "best" / f"{KEYS[0]}.json"
+    data = json.loads(path.read_text())
+    data["sweep"][1]["validation_loss"] = None  # non-finite, as evaluate.py writes it
+    path.write_text(json.dumps(data))
+    run = _summary(evaluation)["runs"][RUN]
+    assert run["validation_within"]["decayed"] == len(KEYS) - 1
+
+
+def test_the_report_shows_it_beside_the_protocol_without_counting_it(tmp_path):
+    evaluation = _tree(tmp_path, constant_val=2.0, decayed_val=1.0)
+    summary = report.summarise(evaluation.parent)
+    # only the protocol's files count: AdamW and one run's selected checkpoints
+    assert summary["present"] == 2 * len(KEYS)
+    assert summary["decayed"]["runs"][RUN]["schedule"] == "decayed"
+    text = report.markdown(summary)
+    section = text.split("### Item 4")[1].split("###")[0]
+    assert f"**{RUN}**" in section and "Schedule by the rule: decayed" in section
+    assert "init_lr=0, end_lr=0, warmup_fraction=0.05" in section
