@@ -18,7 +18,7 @@ from studies import common
 from studies.celo2_headline import settings
 
 
-DEFAULT_TOLERANCE = 1.25
+DEFAULT_TOLERANCE = settings.DEFAULT_TOLERANCE
 CONSTANT, DECAYED = "constant", "decayed"
 
 
@@ -65,8 +65,10 @@ def _test(x: float | None) -> float:
 
 
 def within(value: float, reference: float) -> bool:
-    """Whether `value` is at most DEFAULT_TOLERANCE × `reference` (a non-finite value: no)."""
-    return math.isfinite(value) and value <= DEFAULT_TOLERANCE * reference
+    """Whether `value` is at most DEFAULT_TOLERANCE × `reference`; never when either is not
+    finite (a diverged value, or an AdamW whose every setting diverged)."""
+    finite = math.isfinite(value) and math.isfinite(reference)
+    return finite and value <= DEFAULT_TOLERANCE * reference
 
 
 def cell_entry(
@@ -149,7 +151,7 @@ def summarise(
             for k in keys
         }
         runs[run] = {"cells": cells, **run_summary(cells)}
-    return {"schedule": settings.DECAYED_SCHEDULE, "runs": runs, "stale": stale}
+    return {"schedule": dict(settings.DECAYED_SCHEDULE), "runs": runs, "stale": stale}
 
 
 def _f(x: float | None, digits: int = 3) -> str:
@@ -180,8 +182,13 @@ def markdown(summary: dict[str, Any]) -> list[str]:
         "shipped checkpoint gets is chosen on validation only (decision_rule.md, item 4).",
         "",
     ]
+    stale = (
+        [f"{summary['stale']} results made with another schedule were left out.", ""]
+        if summary["stale"]
+        else []
+    )
     if not summary["runs"]:
-        return lines + ["No decayed result yet.", ""]
+        return lines + ["No decayed result yet.", ""] + stale
     for run, entry in summary["runs"].items():
         counts, tests = entry["validation_within"], entry["test_within"]
         lines += [
@@ -203,6 +210,4 @@ def markdown(summary: dict[str, Any]) -> list[str]:
                 f"{_text(cell[DECAYED], adamw)} |"
             )
         lines.append("")
-    if summary["stale"]:
-        lines += [f"{summary['stale']} results made with another schedule were left out.", ""]
-    return lines
+    return lines + stale

@@ -36,8 +36,8 @@ These results are reported beside the study, outside its decision rule.
 finished Celo2 main run again with the tuned baselines' schedule shape on its own rate
 (`settings.DECAYED_SCHEDULE`: warm-up over 5% of the run, cosine decay to 0) into
 `decayed/<arm>/s<seed>/best/<task>@<horizon>.json`; each result records the schedule
-(`lo_schedule`), and the report leaves out one made with another. Reported beside the verdicts,
-never in them.
+(`lo_schedule`), and one made with another is set aside like a shipped optimizer's stale result
+and made again (the report leaves it out). Reported beside the verdicts, never in them.
 """
 
 import argparse
@@ -45,6 +45,7 @@ import contextlib
 import fcntl
 import hashlib
 import importlib.resources
+import json
 import math
 import time
 from collections.abc import Sequence
@@ -144,17 +145,16 @@ def tune_cached(
     optimizer: Any,
     task_name: str,
     horizon: int,
-    weights_sha256: str | None = None,
-    extra: dict[str, Any] | None = None,
+    required: dict[str, Any] | None = None,
 ) -> None:
     """Tune `optimizer` on one cell into `path`, unless it exists or another driver has it.
 
-    With `weights_sha256` (a shipped optimizer's weights), the result records it, and a cached
-    result made with other weights (or with no record of them) is first set aside under a free
-    name (`<file>.stale-<its digest's first 12 hex digits, or unknown>[-N]`): kept, no longer
-    read, made again. `extra` is added to the result.
+    With `required` (fields a result must record: a shipped optimizer's `weights_sha256`,
+    `decayed`'s `lo_schedule`), the result records them, and a cached result that records other
+    values (or none) is first set aside under a free name (`set_aside_stale`): kept, no longer
+    read, made again.
     """
-    if path.is_file() and weights_sha256 is None:
+    if path.is_file() and required is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
@@ -162,16 +162,14 @@ def tune_cached(
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return
-        if weights_sha256 is not None:
-            set_aside_stale(path, weights_sha256)
+        if required is not None:
+            set_aside_stale(path, required)
         if path.is_file():
             return
         started = time.perf_counter()
         tuned = elo.tune(optimizer, get_task(task_name), **protocol(horizon))
         result = summarise(tuned, time.perf_counter() - started)
-        if weights_sha256 is not None:
-            result["weights_sha256"] = weights_sha256
-        common.write_json(path, result | (extra or {}))
+        common.write_json(path, result | (required or {}))
         log(f"{path.relative_to(path.parents[2])}: {time.perf_counter() - started:.0f} s")
 
 
@@ -273,22 +271,35 @@ def tune_cells(
                 tune_cached_stacked(group[start : start + stack], task, horizon)
 
 
-def set_aside_stale(path: Path, digest: str) -> None:
-    """Rename a cached result made with other weights than `digest` (or with no record of
-    them) to a free `<name>.stale-<its digest[:12] or unknown>[-N]`. Call it holding the
-    result's lock."""
+def stale_tag(recorded: dict[str, Any]) -> str:
+    """The suffix naming what a stale result was made with: the first 12 hex digits of its
+    `weights_sha256` when that is all it is checked for, `unknown` when it records none of the
+    fields, else of the SHA-256 of the recorded fields' JSON."""
+    if all(v is None for v in recorded.values()):
+        return "unknown"
+    if list(recorded) == ["weights_sha256"]:
+        return str(recorded["weights_sha256"])[:12]
+    text = json.dumps(recorded, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def set_aside_stale(path: Path, required: dict[str, Any]) -> None:
+    """Rename a cached result whose fields differ from `required` (made with other weights or
+    another schedule, or with no record of them) to a free `<name>.stale-<stale_tag>[-N]`. Call
+    it holding the result's lock."""
     if not path.is_file():
         return
-    made_with = common.load_json(path).get("weights_sha256") or "unknown"
-    if made_with == digest:
+    data = common.load_json(path)
+    recorded = {k: data.get(k) for k in required}
+    if recorded == required:
         return
-    stem = f"{path.name}.stale-{made_with[:12]}"
+    stem = f"{path.name}.stale-{stale_tag(recorded)}"
     target, n = path.with_name(stem), 1
     while target.exists():
         n += 1
         target = path.with_name(f"{stem}-{n}")
     path.replace(target)
-    log(f"{path.name}: made with other weights ({made_with[:12]}); kept as {target.name}, redone")
+    log(f"{path.name}: made with other {', '.join(required)}; kept as {target.name}, redone")
 
 
 def run_baselines(out: Path, only: Sequence[str] | None = None) -> None:
@@ -336,7 +347,8 @@ def run_decayed(out: Path, results: Path, only: Sequence[str] | None = None) -> 
     for task, horizon in cells(only):
         for name, lo in items:
             path = out / "decayed" / name / f"{task}@{horizon}.json"
-            tune_cached(path, lo, task, horizon, extra={"lo_schedule": settings.DECAYED_SCHEDULE})
+            required = {"lo_schedule": dict(settings.DECAYED_SCHEDULE)}
+            tune_cached(path, lo, task, horizon, required=required)
 
 
 def run_long_horizon(out: Path, only: Sequence[str] | None = None, stack: int = 0) -> None:
@@ -380,7 +392,7 @@ def run_shipped(out: Path, only: Sequence[str] | None = None) -> None:
         lo = elo.pretrained(name)
         for task, horizon in cells(only):
             path = out / "shipped" / name / f"{task}@{horizon}.json"
-            tune_cached(path, lo, task, horizon, weights_sha256=digest)
+            tune_cached(path, lo, task, horizon, required={"weights_sha256": digest})
 
 
 def main() -> None:

@@ -10,8 +10,10 @@ expected results exist.
 
 Beside the study, not part of its rule: the optimizers shipped in the package
 (`shipped/<name>/<task>@<horizon>.json`, from `evaluate.py shipped`), each one's test loss at
-`learning_rate=1` and tuned, as ratios to tuned AdamW. They enter no verdict and neither the
-expected nor the present count of the status line.
+`learning_rate=1` and tuned, as ratios to tuned AdamW; and item 4's investigation
+(`decayed/<arm>/s<seed>/best/<task>@<horizon>.json`, from `evaluate.py decayed`, read by
+`decayed_report.py`). They enter no verdict and neither the expected nor the present count of
+the status line.
 
 Conventions (those of the README's protocol):
 
@@ -50,7 +52,7 @@ CHECKPOINTS = ("best", "final")
 # H1: ELO-Celo2 at or below tuned AdamW on at least this many of the 14 cells (a majority).
 H1_CELLS = 8
 # The default step "works" on a cell where its loss is within this factor of tuned AdamW's.
-DEFAULT_TOLERANCE = 1.25
+DEFAULT_TOLERANCE = settings.DEFAULT_TOLERANCE
 LONG_HORIZONS = tuple(h for h in settings.HORIZONS if h >= 5000)
 # H3's comparisons, as (name, arm, baseline arm): arm − baseline, paired over meta-seeds.
 H3_PAIRS = (

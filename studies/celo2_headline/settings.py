@@ -107,6 +107,8 @@ LO_MULTIPLIER = (0.1, 10.0)
 # `evaluation()`: the protocol's results are unchanged; each such result records it.
 DECAYED_SCHEDULE = {"init_lr": 0.0, "end_lr": 0.0, "warmup_fraction": 0.05}
 DECAYED_ARMS = ("pes_celo2", "elo_celo2")
+# Item 4's bar for a default step: at most this many times tuned AdamW's loss.
+DEFAULT_TOLERANCE = 1.25
 
 
 def cells() -> list[tuple[str, int]]:

@@ -29,6 +29,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import elo
 from studies import common
 from studies.celo2_headline import report, settings, study
 
@@ -139,16 +140,20 @@ def _cells_parts(run: tuple[str, int], lacking: dict[str, list[str]]) -> list[st
 def schedule_choice(summary: dict[str, Any] | None, run: tuple[str, int]) -> dict[str, Any]:
     """Item 4 of the rule for `run`'s checkpoint, from the report's `decayed` section: the
     schedule it ships with (`constant`, `decayed` or `pending`) and the validation counts that
-    chose it."""
-    entry = ((summary or {}).get("decayed") or {}).get("runs", {}).get(run_label(run))
+    chose it. Pending also when the report was made with another schedule than
+    `settings.DECAYED_SCHEDULE` (rerun the report)."""
+    section = (summary or {}).get("decayed") or {}
+    entry = section.get("runs", {}).get(run_label(run))
+    of = len(report.keys())
     if entry is None:
-        return {"choice": "pending", "judged": 0, "of": len(report.keys())}
+        return {"choice": "pending", "judged": 0, "of": of}
+    if section.get("schedule") != settings.DECAYED_SCHEDULE:
+        return {"choice": "pending", "judged": 0, "of": of, "note": "report of another schedule"}
     return {
         "choice": entry["schedule"],
         "judged": entry["judged"],
         "of": entry["of"],
         "validation_within": entry["validation_within"],
-        "test_within": entry["test_within"],
     }
 
 
@@ -165,9 +170,9 @@ def missing_inputs(results, missing, summary, run, lacking) -> list[str]:
         choice = schedule_choice(summary, run)
         if choice["choice"] == "pending":
             parts.append(
-                f"item 4's decayed-step results of main/{run_label(run)} on "
-                f"{choice['of'] - choice['judged']} of {choice['of']} cells "
-                f"(`{EVALUATE} decayed`, then the report)"
+                f"item 4's choice of schedule for main/{run_label(run)}, judged on "
+                f"{choice['judged']} of {choice['of']} cells (`{EVALUATE} decayed`, then the "
+                "report)"
             )
     return parts
 
@@ -455,13 +460,15 @@ def provenance(root: Path, metas, run: tuple[str, int], summary, missing: list[s
         caveats.append(f"The training commits are known only for steps {covered_steps(segments)}.")
     study_settings = load_optional(root / "settings.json")
     values, sources = recorded_settings(study_settings, meta)
+    schedule = shipped_schedule(summary, run)
+    verdict = f"{adamw_sentence(table, evaluated)} {schedule_sentence(schedule)}"
     commits = {
         "trained": list(dict.fromkeys(report.segment_commit(s) for s in trained)),
         "run": list(dict.fromkeys(report.segment_commit(s) for s in segments)),
         "shipped": common.git_commit(),
     }
     return {
-        "summary": summary_text(meta, spent, adamw_sentence(table, evaluated), len(metas), caveats),
+        "summary": summary_text(meta, spent, verdict, len(metas), caveats),
         "arm": run[0],
         "seed": run[1],
         "command": command(meta, values),
@@ -478,7 +485,7 @@ def provenance(root: Path, metas, run: tuple[str, int], summary, missing: list[s
         "config": meta["config"],
         "budget": spent,
         "selection": _selection(metas, run, missing),
-        "schedule": shipped_schedule(summary, run),
+        "schedule": schedule,
         "evaluation": table,
         "evaluation_status": report_status(summary),
     }
@@ -488,14 +495,44 @@ def shipped_schedule(summary: dict[str, Any] | None, run: tuple[str, int]) -> di
     """The test-time schedule the shipped optimizer carries (decision_rule.md, item 4): the
     decayed one (`settings.DECAYED_SCHEDULE`) where the rule chose it, else the constant one it
     was meta-trained with (also while the choice is pending, in a partial ship: `chosen_by`
-    says so)."""
+    says so). Beside it, reported and never used to choose: the cells where each schedule's
+    `learning_rate=1` is within the tolerance of tuned AdamW's **test** loss, and the decayed
+    schedule's row per cell (`evaluation` holds the constant schedule's)."""
     choice = schedule_choice(summary, run)
     decayed = choice["choice"] == "decayed"
+    entry = ((summary or {}).get("decayed") or {}).get("runs", {}).get(run_label(run)) or {}
     return {
         "name": "decayed" if decayed else "constant",
         "hyperparameters": dict(settings.DECAYED_SCHEDULE) if decayed else {},
         "chosen_by": choice,
+        "reported_test_within": entry.get("test_within"),
+        "decayed_evaluation": entry.get("cells"),
     }
+
+
+def schedule_sentence(schedule: dict[str, Any]) -> str:
+    """What the summary says of the shipped schedule and of which schedule its figures are."""
+    choice = schedule["chosen_by"]
+    if schedule["name"] == "decayed":
+        counts = choice["validation_within"]
+        return (
+            "It ships with a warm-up + cosine decay of its own step "
+            f"({', '.join(f'{k}={v:g}' for k, v in schedule['hyperparameters'].items())}), "
+            "chosen by the rule's item 4 on validation data (learning_rate=1 within "
+            f"{settings.DEFAULT_TOLERANCE}× tuned AdamW's validation loss on {counts['decayed']} "
+            f"cells against {counts['constant']} for the constant step); the evaluation figures "
+            "above are of the constant step it was meta-trained with, the decayed one's are in "
+            "`schedule.decayed_evaluation`."
+        )
+    if choice["choice"] == "pending":
+        return (
+            "It ships with the constant step it was meta-trained with; item 4's choice of "
+            f"schedule is pending (judged on {choice['judged']} of {choice['of']} cells)."
+        )
+    return (
+        "It ships with the constant step it was meta-trained with, which item 4's rule kept on "
+        "validation data."
+    )
 
 
 def write_optimizer(source: Path, target: Path, schedule: dict[str, Any]) -> None:
@@ -504,8 +541,6 @@ def write_optimizer(source: Path, target: Path, schedule: dict[str, Any]) -> Non
     if not schedule["hyperparameters"]:
         shutil.copyfile(source, target)
         return
-    import elo  # only here: the rest of shipping reads JSON
-
     lo = elo.load_optimizer(source)
     if not isinstance(lo, elo.Celo2):
         raise SystemExit(f"{source} holds a {type(lo).__name__}, not the Celo2 the rule ships.")

@@ -97,7 +97,7 @@ def test_a_result_made_with_another_schedule_is_left_out(tmp_path):
     assert summary["runs"][RUN]["schedule"] == "pending"
 
 
-def test_a_diverged_default_is_never_within(tmp_path):
+def test_a_non_finite_default_is_never_within(tmp_path):
     evaluation = _tree(tmp_path, constant_val=2.0, decayed_val=1.0)
     path = evaluation / "decayed" / RUN / "best" / f"{KEYS[0]}.json"
     data = json.loads(path.read_text())
@@ -117,3 +117,14 @@ def test_the_report_shows_it_beside_the_protocol_without_counting_it(tmp_path):
     section = text.split("### Item 4")[1].split("###")[0]
     assert f"**{RUN}**" in section and "Schedule by the rule: decayed" in section
     assert "init_lr=0, end_lr=0, warmup_fraction=0.05" in section
+
+
+def test_a_non_finite_adamw_reference_makes_no_cell_within(tmp_path):
+    # every AdamW setting diverged: its chosen validation loss is null; nothing is within it
+    evaluation = _tree(tmp_path, constant_val=1.0, decayed_val=1.0)
+    path = evaluation / "baselines/adamw" / f"{KEYS[0]}.json"
+    data = json.loads(path.read_text())
+    data["sweep"][0]["validation_loss"] = None
+    path.write_text(json.dumps(data))
+    run = _summary(evaluation)["runs"][RUN]
+    assert run["validation_within"] == {"constant": len(KEYS) - 1, "decayed": len(KEYS) - 1}

@@ -480,7 +480,7 @@ def test_evaluate_shipped_writes_where_the_report_reads(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluate.elo, "available_pretrained", lambda: {"b": {}, "a": {}})
     monkeypatch.setattr(evaluate.elo, "pretrained", lambda name: f"lo:{name}")
     monkeypatch.setattr(
-        evaluate, "tune_cached", lambda *args, weights_sha256: calls.append((*args, weights_sha256))
+        evaluate, "tune_cached", lambda *args, required: calls.append((*args, required))
     )
     for name in ("a", "b"):
         (report.PRETRAINED / f"{name}.eqx").write_bytes(name.encode())
@@ -488,12 +488,12 @@ def test_evaluate_shipped_writes_where_the_report_reads(tmp_path, monkeypatch):
     evaluate.run_shipped(tmp_path / "evaluation")
     assert [c[1] for c in calls] == ["lo:a"] * 14 + ["lo:b"] * 14
     assert [f"{c[2]}@{c[3]}" for c in calls] == KEYS * 2
-    assert [c[4] for c in calls] == [report.weights_digest("a")] * 14 + [
+    assert [c[4]["weights_sha256"] for c in calls] == [report.weights_digest("a")] * 14 + [
         report.weights_digest("b")
     ] * 14
     _tree(tmp_path)
-    for path, *_, digest in calls:
-        _write(path, _result(0.9, False, 1.0, "abc1234") | {"weights_sha256": digest})
+    for path, *_, required in calls:
+        _write(path, _result(0.9, False, 1.0, "abc1234") | required)
     ships = report.summarise(tmp_path)["shipped"]
     assert {n: s["present"] for n, s in ships.items()} == {"a": 14, "b": 14}
 

@@ -114,8 +114,10 @@ def _decayed(schedule: str = "constant", judged: int = len(KEYS)) -> dict:
         "validation_within": {"constant": 3, "decayed": 5},
         "test_within": {"constant": {"within": 3, "of": 14}, "decayed": {"within": 4, "of": 14}},
         "schedule": schedule,
+        "cells": {key: {"decayed": {"default_test": 0.8}} for key in KEYS},
     }
-    return {"runs": {ship.run_label(run): entry for run in RUNS}}
+    runs = {ship.run_label(run): entry for run in RUNS}
+    return {"schedule": dict(settings.DECAYED_SCHEDULE), "runs": runs}
 
 
 def _summary(cells: dict, present: int = 500, expected: int = 500, decayed=None) -> dict:
@@ -215,11 +217,12 @@ def test_the_summary_says_plainly_whether_it_beats_tuned_adamw(tmp_path, weights
         return ship.ship(results, "x", tmp_path / f"out{wins}")
 
     three = shipped(3)["summary"]
-    assert three.endswith("It does not beat tuned AdamW: at or below it on 3 of 14 held-out cells.")
+    assert "does not beat tuned AdamW: at or below it on 3 of 14 held-out cells. It ships" in three
     assert "does not beat" in shipped(7)["summary"]  # 7 of 14 is not a majority
     eight = shipped(8)  # a tie with AdamW counts as at or below, as H1 does
-    assert eight["summary"].endswith(
-        "It beats tuned AdamW: at or below it on 8 of 14 held-out cells."
+    assert (
+        "It beats tuned AdamW: at or below it on 8 of 14 held-out cells. It ships"
+        in (eight["summary"])
     )
 
 
@@ -371,8 +374,9 @@ def test_a_non_finite_result_counts_as_evaluated_and_never_at_or_below(tmp_path,
             summary["cells"][key]["arms"][arm]["best"]["per_seed"] = dict.fromkeys("012")
     common.write_json(results / "summary.json", summary)
     record = ship.ship(results, "x", tmp_path / "out")
-    assert record["summary"].endswith(
+    assert (
         "It does not beat tuned AdamW: at or below it on 7 of 14 held-out cells."
+        in (record["summary"])
     )
 
 
@@ -459,6 +463,11 @@ def test_item_4s_decayed_choice_ships_the_checkpoint_with_the_decayed_schedule(t
     assert record["schedule"]["name"] == "decayed"
     assert record["schedule"]["hyperparameters"] == settings.DECAYED_SCHEDULE
     assert record["schedule"]["chosen_by"]["validation_within"] == {"constant": 3, "decayed": 5}
+    assert "test_within" not in record["schedule"]["chosen_by"]  # reported, never choosing
+    assert record["schedule"]["reported_test_within"]["decayed"] == {"within": 4, "of": 14}
+    assert record["schedule"]["decayed_evaluation"][KEYS[0]]["decayed"]["default_test"] == 0.8
+    assert "warm-up + cosine decay" in record["summary"]
+    assert "on 5 cells against 3 for the constant step" in record["summary"]
     shipped = elo.load_optimizer(tmp_path / "out" / "x.eqx")
     original = elo.load_optimizer(weights[("pes_celo2", 2)])
     assert (shipped.init_lr, shipped.end_lr, shipped.warmup_fraction) == (0.0, 0.0, 0.05)
@@ -472,6 +481,7 @@ def test_item_4s_decayed_choice_ships_the_checkpoint_with_the_decayed_schedule(t
 def test_a_constant_choice_ships_the_checkpoint_as_meta_trained(tmp_path, weights):
     record = ship.ship(_tree(tmp_path / "results", weights), "x", tmp_path / "out")
     assert record["schedule"]["name"] == "constant" and record["schedule"]["hyperparameters"] == {}
+    assert "constant step it was meta-trained with, which item 4's rule kept" in record["summary"]
     assert (tmp_path / "out" / "x.eqx").read_bytes() == weights[RUNS[0]].read_bytes()
 
 
@@ -479,9 +489,20 @@ def test_a_pending_schedule_choice_refuses_and_allow_partial_ships_it_constant(t
     results = _tree(tmp_path / "results", weights)
     summary = common.load_json(results / "summary.json")
     common.write_json(results / "summary.json", summary | {"decayed": _decayed("pending", 9)})
-    with pytest.raises(SystemExit, match="decayed-step results of main/pes_celo2/s0 on 5 of"):
+    with pytest.raises(SystemExit, match="schedule for main/pes_celo2/s0, judged on 9 of 14"):
         ship.ship(results, "x", tmp_path / "out")
     record = ship.ship(results, "x", tmp_path / "out", allow_partial=True)
     assert record["schedule"]["name"] == "constant"
     assert record["schedule"]["chosen_by"]["choice"] == "pending"
     assert record["selection"]["partial"] is True
+    assert "choice of schedule is pending (judged on 9 of 14 cells)" in record["summary"]
+
+
+def test_a_report_made_with_another_schedule_leaves_the_choice_pending(tmp_path, weights):
+    results = _tree(tmp_path / "results", weights)
+    summary = common.load_json(results / "summary.json")
+    decayed = _decayed("decayed")
+    decayed["schedule"] = {**settings.DECAYED_SCHEDULE, "end_lr": 1e-4}
+    common.write_json(results / "summary.json", summary | {"decayed": decayed})
+    with pytest.raises(SystemExit, match="item 4's choice of schedule"):
+        ship.ship(results, "x", tmp_path / "out")

@@ -235,18 +235,35 @@ def test_a_shipped_result_made_with_other_weights_is_set_aside(tmp_path):
 
     path = tmp_path / "task@100.json"
     common.write_json(path, {"test_loss": 1.0, "weights_sha256": "a" * 64})
-    evaluate.set_aside_stale(path, "a" * 64)
+    evaluate.set_aside_stale(path, {"weights_sha256": "a" * 64})
     assert path.is_file()  # the same weights: kept
-    evaluate.set_aside_stale(path, "b" * 64)
+    evaluate.set_aside_stale(path, {"weights_sha256": "b" * 64})
     assert not path.is_file()
     assert common.load_json(tmp_path / f"task@100.json.stale-{'a' * 12}")["test_loss"] == 1.0
     for loss in (2.0, 3.0):  # made before results recorded their weights
         common.write_json(path, {"test_loss": loss})
-        evaluate.set_aside_stale(path, "b" * 64)
+        evaluate.set_aside_stale(path, {"weights_sha256": "b" * 64})
     assert common.load_json(tmp_path / "task@100.json.stale-unknown")["test_loss"] == 2.0
     assert common.load_json(tmp_path / "task@100.json.stale-unknown-2")["test_loss"] == 3.0
-    evaluate.set_aside_stale(path, "b" * 64)  # nothing there: nothing to do
+    evaluate.set_aside_stale(path, {"weights_sha256": "b" * 64})  # nothing there: nothing to do
     assert not path.is_file()
+
+
+def test_a_decayed_result_made_with_another_schedule_is_set_aside(tmp_path):
+    from studies.celo2_headline import evaluate
+
+    path = tmp_path / "task@100.json"
+    required = {"lo_schedule": dict(settings.DECAYED_SCHEDULE)}
+    common.write_json(path, {"test_loss": 1.0} | required)
+    evaluate.set_aside_stale(path, required)
+    assert path.is_file()  # the same schedule: kept
+    other = {"lo_schedule": {**settings.DECAYED_SCHEDULE, "end_lr": 1e-4}}
+    common.write_json(path, {"test_loss": 2.0} | other)
+    evaluate.set_aside_stale(path, required)
+    assert not path.is_file()
+    (stale,) = tmp_path.glob("task@100.json.stale-*")
+    assert stale.name == f"task@100.json.stale-{evaluate.stale_tag(other)}"
+    assert common.load_json(stale)["test_loss"] == 2.0
 
 
 def test_shipped_weights_must_be_the_installed_ones(monkeypatch):
@@ -445,6 +462,6 @@ def test_decayed_tunes_each_celo2_runs_selected_checkpoint_with_the_decayed_step
     for _, lo, kw in tuned:
         assert (lo.init_lr, lo.end_lr, lo.warmup_fraction) == (0.0, 0.0, 0.05)
         assert lo.w0 is celo2.w0  # the checkpoint's weights, unchanged
-        assert kw == {"extra": {"lo_schedule": settings.DECAYED_SCHEDULE}}
+        assert kw == {"required": {"lo_schedule": settings.DECAYED_SCHEDULE}}
     with pytest.raises(SystemExit, match="Celo2 checkpoints"):
         evaluate.decayed(elo.SmallFC(key=jax.random.key(0)))
