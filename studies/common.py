@@ -86,6 +86,11 @@ def paired(values: dict[int, float], baseline: dict[int, float]) -> dict[str, An
     return {"mean": mean, "ci95": half, "wins": int(sum(d < 0 for d in diffs)), "n": len(diffs)}
 
 
+def fmt_value(x: float | None, digits: int = 3) -> str:
+    """`x` with `digits` decimals, or "–" when it is missing or not finite."""
+    return "–" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
 def fmt_delta(d: dict[str, Any]) -> str:
     """A paired difference as `Δ +0.012 ± 0.034, 2/3 wins`."""
     half = "" if math.isnan(d["ci95"]) else f" ± {d['ci95']:.3f}"

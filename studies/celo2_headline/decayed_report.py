@@ -25,7 +25,7 @@ CONSTANT, DECAYED = "constant", "decayed"
 def run_labels() -> list[str]:
     """The Celo2 main runs as `<arm>/s<seed>`, in the order that breaks the shipping rule's
     ties (ship.py's `study_runs`)."""
-    return [f"{arm}/s{seed}" for arm in settings.DECAYED_ARMS for seed in settings.MAIN_SEEDS]
+    return [f"{arm}/s{seed}" for arm in settings.CELO2_ARMS for seed in settings.MAIN_SEEDS]
 
 
 def collect(evaluation: Path, keys: list[str]) -> tuple[dict[str, dict[str, Any]], int]:
@@ -154,8 +154,7 @@ def summarise(
     return {"schedule": dict(settings.DECAYED_SCHEDULE), "runs": runs, "stale": stale}
 
 
-def _f(x: float | None, digits: int = 3) -> str:
-    return "–" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+_f = common.fmt_value
 
 
 def _text(entry: dict[str, Any] | None, adamw: float | None) -> str:

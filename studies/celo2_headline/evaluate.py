@@ -340,7 +340,7 @@ def run_decayed(out: Path, results: Path, only: Sequence[str] | None = None) -> 
     # Task by task (as `--task` orders the session's work), every finished run on each cell.
     runs = [
         (f"{meta.parent.parent.name}/{meta.parent.name}/best", meta.parent / "best_optimizer.eqx")
-        for arm in settings.DECAYED_ARMS
+        for arm in settings.CELO2_ARMS
         for meta in sorted(results.glob(f"main/{arm}/s*/meta.json"))
     ]
     items = [(name, decayed(elo.load_optimizer(path))) for name, path in runs]

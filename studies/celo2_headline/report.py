@@ -480,8 +480,7 @@ def json_ready(x: Any) -> Any:
 _MARK = {True: "✓", False: "✗", None: "?"}
 
 
-def _f(x: float | None, digits: int = 3) -> str:
-    return "–" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+_f = common.fmt_value
 
 
 def _pm(interval: dict[str, Any] | None) -> str:

@@ -27,6 +27,7 @@ ARMS = {
     "elo_small_fc": Arm("elo_small_fc", {}, "ELO-small_fc (AdamW expert)"),
 }
 ELO_ARMS = ("elo_celo2", "elo_small_fc")
+CELO2_ARMS = tuple(arm for arm in ARMS if "celo2" in arm)
 
 # Outer steps of every main run; checkpoints and meta-validation checks at every CHECK_EVERY.
 META_STEPS = 10_000
@@ -106,7 +107,6 @@ LO_MULTIPLIER = (0.1, 10.0)
 # meta-trained with: `Celo2.with_hyperparameters(**DECAYED_SCHEDULE)`. Not part of
 # `evaluation()`: the protocol's results are unchanged; each such result records it.
 DECAYED_SCHEDULE = {"init_lr": 0.0, "end_lr": 0.0, "warmup_fraction": 0.05}
-DECAYED_ARMS = ("pes_celo2", "elo_celo2")
 # Item 4's bar for a default step: at most this many times tuned AdamW's loss.
 DEFAULT_TOLERANCE = 1.25
 

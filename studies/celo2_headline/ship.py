@@ -35,7 +35,7 @@ from studies.celo2_headline import report, settings, study
 
 
 HERE = Path(__file__).parent
-CELO2_ARMS = tuple(arm for arm in settings.ARMS if "celo2" in arm)
+CELO2_ARMS = settings.CELO2_ARMS
 # The rule as ship.py applies it: decision_rule.md's "The shipped Celo2 optimizer" with the
 # selection score spelled out from settings.py. The rule states no tie-break; the one here is
 # ship.py's addition, the same as study.choose's (the earlier candidate listed).
