@@ -176,11 +176,12 @@ def difference(row, arm: str, base: str, checkpoint: str) -> dict[str, Any] | No
 
 def default_works(row, arm: str) -> bool | None:
     """Whether the arm's default step (`learning_rate=1`, selected checkpoints, mean over
-    seeds) is within DEFAULT_TOLERANCE × tuned AdamW; None while either is missing."""
+    seeds) is within DEFAULT_TOLERANCE × tuned AdamW (`decayed_report.within`: never when
+    either is not finite); None while either is missing."""
     entry = row["arms"][arm]["best"]
     if row["adamw"] is None or not entry["complete"]:
         return None
-    return bool(entry["default_value"] <= DEFAULT_TOLERANCE * row["adamw"]["value"])
+    return decayed_report.within(entry["default_value"], row["adamw"]["value"])
 
 
 def complete_cells(table, arms, checkpoint: str = "best", need_adamw: bool = False) -> list[str]:
@@ -308,7 +309,7 @@ def shipped_cell(data: dict[str, Any] | None, adamw: float | None) -> dict[str, 
         works = None
     else:
         default, value = _number(data["default_test_loss"]), _number(data["test_loss"])
-        works = None if adamw is None else bool(default <= DEFAULT_TOLERANCE * adamw)
+        works = None if adamw is None else decayed_report.within(default, adamw)
     return {
         "present": data is not None,
         "default_value": default,

@@ -536,3 +536,20 @@ def test_choices_at_an_end_of_the_sweep_are_listed(tmp_path):
     text = report.markdown(summary)
     assert f"| `runs/pes_celo2/s1/best/{key}` | highest | 10 |" in text
     assert "None so far." in report.markdown(report.summarise(tmp_path / "empty"))
+
+
+def test_a_shipped_default_is_judged_only_against_finite_figures():
+    # a diverged default is recorded as null, and an AdamW reference that is not finite makes
+    # no ratio: neither counts as "within" the bar
+    result = {
+        "default_test_loss": 0.6,
+        "default_diverged": False,
+        "test_loss": 0.5,
+        "value": 0.22,
+        "diverged": False,
+    }
+    assert report.shipped_cell(result, adamw=0.5)["default_works"] is True
+    assert report.shipped_cell(result, adamw=math.inf)["default_works"] is False
+    assert report.shipped_cell(result, adamw=None)["default_works"] is None
+    diverged = dict(result, default_test_loss=None, default_diverged=True)
+    assert report.shipped_cell(diverged, adamw=0.5)["default_works"] is False
