@@ -35,7 +35,6 @@ from studies.celo2_headline import report, settings, study
 
 
 HERE = Path(__file__).parent
-CELO2_ARMS = settings.CELO2_ARMS
 # The rule as ship.py applies it: decision_rule.md's "The shipped Celo2 optimizer" with the
 # selection score spelled out from settings.py. The rule states no tie-break; the one here is
 # ship.py's addition, the same as study.choose's (the earlier candidate listed).
@@ -44,8 +43,8 @@ RULE = (
     "(validation only): the mean over settings.SELECTION_TASKS of elo.validate's normalised "
     f"score on their validation splits, the learned optimizer alone, {settings.VALIDATE_STEPS} "
     "steps at parameter scales 0.1, 1 and 10; ties (not in decision_rule.md: ship.py's "
-    f"addition, as study.choose) go to the earlier run in arm order ({', '.join(CELO2_ARMS)}), "
-    "then seed"
+    "addition, as study.choose) go to the earlier run in arm order "
+    f"({', '.join(settings.CELO2_ARMS)}), then seed"
 )
 # H1's bar, which the shipped optimizer's summary applies to its own seed.
 NEEDED = report.H1_CELLS
@@ -54,7 +53,7 @@ EVALUATE = "python -m studies.celo2_headline.evaluate"
 
 def study_runs() -> list[tuple[str, int]]:
     """The six Celo2 main runs as (arm, seed), in the order that breaks ties."""
-    return [(arm, seed) for arm in CELO2_ARMS for seed in settings.MAIN_SEEDS]
+    return [(arm, seed) for arm in settings.CELO2_ARMS for seed in settings.MAIN_SEEDS]
 
 
 def run_results(results: Path, arm: str, seed: int) -> Path:

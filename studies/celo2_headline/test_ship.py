@@ -88,7 +88,7 @@ def _cells(value) -> dict:
         cells[key] = {
             "adamw": {"value": ADAMW, "lr": 3e-3, "diverged": False},
             "muon": {"value": 0.5, "lr": 3e-2, "diverged": False},
-            "arms": {arm: {"best": entry} for arm in ship.CELO2_ARMS},
+            "arms": {arm: {"best": entry} for arm in settings.CELO2_ARMS},
         }
     return cells
 
@@ -370,7 +370,7 @@ def test_a_non_finite_result_counts_as_evaluated_and_never_at_or_below(tmp_path,
     results = _tree(tmp_path / "results", weights, value=lambda k: ADAMW)
     summary = common.load_json(results / "summary.json")
     for key in KEYS[:7]:
-        for arm in ship.CELO2_ARMS:
+        for arm in settings.CELO2_ARMS:
             summary["cells"][key]["arms"][arm]["best"]["per_seed"] = dict.fromkeys("012")
     common.write_json(results / "summary.json", summary)
     record = ship.ship(results, "x", tmp_path / "out")
