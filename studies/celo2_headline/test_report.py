@@ -223,7 +223,17 @@ def test_h2_judges_selected_checkpoints_and_only_reports_final_ones(tmp_path):
     ],
 )
 def test_a_missing_result_makes_the_verdicts_that_need_it_pending(tmp_path, missing, pending):
-    evaluation = _tree(tmp_path)
+    # ELO-Celo2 at or below AdamW on exactly 8 cells, both missing ones among them, and below
+    # PES-Celo2 on 4 long-horizon cells: every verdict hangs on the missing result.
+    wins = set(KEYS[:7] + [KEYS[-1]])
+    assert LONG[0] in wins
+
+    def loss(opt, seed, checkpoint, key):
+        if opt == "elo_celo2" and key not in wins:
+            return 1.05 + _noise(seed)
+        return _standard(opt, seed, checkpoint, key)
+
+    evaluation = _tree(tmp_path, loss)
     (evaluation / missing.format(long=LONG[0], short=KEYS[-1])).unlink()
     summary = report.summarise(tmp_path)
     assert summary["status"] == "incomplete: 377 of 378 results present"
@@ -234,6 +244,62 @@ def test_a_missing_result_makes_the_verdicts_that_need_it_pending(tmp_path, miss
         assert (summary[name]["verdict"] == "pending") == (name in pending)
         if name not in pending:
             assert summary[name]["verdict"] == "met"
+
+
+def _drop_cells(evaluation: Path, keys: list[str]) -> None:
+    """Removes ELO-Celo2 seed 0's selected result on each of `keys`: those cells are incomplete."""
+    for key in keys:
+        (evaluation / "runs" / "elo_celo2" / "s0" / "best" / f"{key}.json").unlink()
+
+
+@pytest.mark.parametrize(
+    "wins, incomplete, verdict",
+    [
+        (5, 2, "not met"),  # 5 + 2 incomplete cells < 8: no missing result can change it
+        (6, 2, "pending"),  # 6 + 2 = 8: still reachable
+        (8, 2, "met"),  # 8 already: the missing cells cannot take it away
+    ],
+)
+def test_h1_is_decided_before_every_cell_is_in_only_when_nothing_missing_can_change_it(
+    tmp_path, wins, incomplete, verdict
+):
+    better = set(KEYS[:wins])
+
+    def loss(opt, seed, checkpoint, key):
+        if opt == "elo_celo2" and key not in better:
+            return 1.05 + _noise(seed)
+        return _standard(opt, seed, checkpoint, key)
+
+    evaluation = _tree(tmp_path, loss)
+    _drop_cells(evaluation, KEYS[-incomplete:])
+    summary = report.summarise(tmp_path)
+    h1 = summary["h1"]
+    assert h1["cells_complete"] == 14 - incomplete
+    assert h1["reachable"] == wins + incomplete
+    assert h1["verdict"] == verdict
+    line = next(x for x in report.markdown(summary).splitlines() if "**H1**" in x)
+    tail = "so far: 12 of 14" if verdict == "pending" else "decided with 12 of 14"
+    assert f"**{verdict}** ({tail} cells complete)" in line
+
+
+@pytest.mark.parametrize("below, verdict", [(0, "not met"), (1, "pending"), (4, "pending")])
+def test_h2_is_not_met_early_when_too_few_long_cells_can_lie_below_zero(tmp_path, below, verdict):
+    """Two long-horizon cells incomplete: `below` of the other four have an interval below 0.
+    H2 is never met early: its divergence count needs every cell."""
+    significant = set(LONG[:below])
+
+    def loss(opt, seed, checkpoint, key):
+        if opt == "elo_celo2" and key not in significant:
+            return 1.0 + 0.05 * (seed - 1)
+        return _standard(opt, seed, checkpoint, key)
+
+    evaluation = _tree(tmp_path, loss)
+    _drop_cells(evaluation, LONG[-2:])
+    h2 = report.summarise(tmp_path)["h2"]
+    assert h2["selected"]["long_horizon_cells_complete"] == 4
+    assert h2["selected"]["cells_below_0"] == below
+    assert h2["reachable"] == below + 2
+    assert h2["verdict"] == verdict
 
 
 def test_an_empty_results_directory_reports_everything_pending(tmp_path):
@@ -270,11 +336,13 @@ def test_the_written_summary_is_strict_json_and_markdown_with_the_verdicts(tmp_p
         (tmp_path / "summary.json").read_text(),
         parse_constant=lambda c: pytest.fail(f"{c} in JSON"),
     )
-    assert data["h1"]["verdict"] == "pending" and data["h2"]["verdict"] == "pending"
+    # 13 of 13 complete cells at or below AdamW: H1 is decided; H2 needs every cell's divergences.
+    assert data["h1"]["verdict"] == "met" and data["h2"]["verdict"] == "pending"
     assert data["cells"][KEYS[0]]["arms"]["pes_celo2"]["best"]["value"] is None
     text = (tmp_path / "summary.md").read_text()
     assert "incomplete: 377 of 378 results present" in text
     assert "**H1**" in text and "**H2**" in text and "**pending**" in text
+    assert "**met** (decided with 13 of 14 cells complete)" in text
     assert "`feedbee` (377)" in text
     for key in KEYS:
         assert f"| {key} |" in text
@@ -384,7 +452,8 @@ def test_shipped_results_change_no_count_status_or_verdict(tmp_path, complete):
         == f"{'complete' if complete else 'incomplete'}: {present} of 378 results present"
     )
     assert (after["present"], after["expected"]) == (present, 378)
-    assert after["h1"]["verdict"] == ("met" if complete else "pending")
+    assert after["h1"]["verdict"] == "met"  # decided early when one cell is missing
+    assert after["h2"]["verdict"] == ("met" if complete else "pending")
     assert after["provenance"]["evaluation_commits"] == {"abc1234": present}
     for key in before:
         if key != "shipped":
