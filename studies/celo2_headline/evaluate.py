@@ -11,6 +11,8 @@ of a 2-core machine takes tens of hours, and this lets one working session finis
 cells for every optimizer before it starts another task's.
 
 `--checkpoints selected|final` (for `runs`) evaluates only the selected (or final) checkpoints.
+`--run ARM/sSEED` (repeatable; for `runs` and `decayed`) restricts them to those main runs, e.g.
+`--run pes_celo2/s1`: the checkpoint the rule ships, whose cells `ship.py` needs before the rest.
 `--stack` (for `runs` and `horizon`) tunes the pending checkpoints of one architecture on a
 cell together, `--stack-max` at a time, in one compiled program (`elo.tune_many`): for an
 accelerator, where one tuning leaves the chip mostly idle. Each result records `stacked_with`
@@ -86,6 +88,22 @@ def cells(only: Sequence[str] | None = None) -> list[tuple[str, int]]:
         names = ", ".join(dict.fromkeys(task for task, _ in every))
         raise SystemExit(f"--task {unknown[0]!r} is not a held-out task of the study: {names}.")
     return [(task, horizon) for task, horizon in every if task in only]
+
+
+def main_runs(results: Path, arms: Sequence[str], only: Sequence[str] | None) -> list[Path]:
+    """The summarised main runs of `arms` under `results/main` (`<arm>/s<seed>`, sorted); with
+    `only`, those it names, refusing a name that is not one of them."""
+    runs = [
+        meta.parent for arm in arms for meta in sorted(results.glob(f"main/{arm}/s*/meta.json"))
+    ]
+    if only is None:
+        return runs
+    names = {f"{run.parent.name}/{run.name}": run for run in runs}
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        known = ", ".join(names) or "none yet"
+        raise SystemExit(f"--run {unknown[0]!r} is not a summarised main run here: {known}.")
+    return [run for name, run in names.items() if name in only]
 
 
 def get_task(name: str) -> elo.tasks.AbstractTask:
@@ -314,10 +332,12 @@ def run_learned(
     only: Sequence[str] | None = None,
     stack: int = 0,
     checkpoints: Sequence[str] = ("best", "final"),
+    only_runs: Sequence[str] | None = None,
 ) -> None:
     # Every run's selected checkpoint before any final one: the rule judges the selected ones,
     # and the final ones (reported, not judged) double the cost.
-    runs = [meta.parent for meta in sorted(results.glob("main/*/s*/meta.json"))]
+    arms = sorted({meta.parent.parent.name for meta in results.glob("main/*/s*/meta.json")})
+    runs = main_runs(results, arms, only_runs)
     for which in checkpoints:
         items = [
             (
@@ -336,12 +356,16 @@ def decayed(lo: elo.AbstractLearnedOptimizer) -> elo.AbstractLearnedOptimizer:
     return lo.with_hyperparameters(**settings.DECAYED_SCHEDULE)
 
 
-def run_decayed(out: Path, results: Path, only: Sequence[str] | None = None) -> None:
+def run_decayed(
+    out: Path,
+    results: Path,
+    only: Sequence[str] | None = None,
+    only_runs: Sequence[str] | None = None,
+) -> None:
     # Task by task (as `--task` orders the session's work), every finished run on each cell.
     runs = [
-        (f"{meta.parent.parent.name}/{meta.parent.name}/best", meta.parent / "best_optimizer.eqx")
-        for arm in settings.CELO2_ARMS
-        for meta in sorted(results.glob(f"main/{arm}/s*/meta.json"))
+        (f"{run.parent.name}/{run.name}/best", run / "best_optimizer.eqx")
+        for run in main_runs(results, settings.CELO2_ARMS, only_runs)
     ]
     items = [(name, decayed(elo.load_optimizer(path))) for name, path in runs]
     for task, horizon in cells(only):
@@ -425,8 +449,16 @@ def main() -> None:
         metavar="NAME",
         help="only the cells of this held-out task (repeatable; default: every task)",
     )
+    parser.add_argument(
+        "--run",
+        action="append",
+        metavar="ARM/sSEED",
+        help="runs/decayed: only this main run (repeatable, e.g. pes_celo2/s1; default: every one)",
+    )
     args = parser.parse_args()
     only = args.task
+    if args.run is not None and args.command not in ("runs", "decayed"):
+        parser.error("--run applies to `runs` and `decayed` only")
     if args.stack and args.command not in ("runs", "horizon"):
         parser.error("--stack applies to `runs` and `horizon` only")
     if args.stack_max < 1:
@@ -448,11 +480,11 @@ def main() -> None:
             run_baselines(out, only)
         elif args.command == "runs":
             which = {"selected": ("best",), "final": ("final",), "both": ("best", "final")}
-            run_learned(out, results, only, stack, which[args.checkpoints])
+            run_learned(out, results, only, stack, which[args.checkpoints], args.run)
         elif args.command == "shipped":
             run_shipped(out, only)
         elif args.command == "decayed":
-            run_decayed(out, results, only)
+            run_decayed(out, results, only, args.run)
         else:
             run_long_horizon(out, only, stack)
 

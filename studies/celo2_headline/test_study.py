@@ -465,3 +465,27 @@ def test_decayed_tunes_each_celo2_runs_selected_checkpoint_with_the_decayed_step
         assert kw == {"required": {"lo_schedule": settings.DECAYED_SCHEDULE}}
     with pytest.raises(SystemExit, match="Celo2 checkpoints"):
         evaluate.decayed(elo.SmallFC(key=jax.random.key(0)))
+
+
+@pytest.mark.parametrize("command", ["runs", "decayed"])
+def test_run_restricts_runs_and_decayed_to_the_named_main_runs(tmp_path, monkeypatch, command):
+    from studies.celo2_headline import evaluate
+
+    for arm in ("pes_celo2", "elo_celo2"):
+        for seed in (0, 1):
+            common.write_json(tmp_path / "main" / arm / f"s{seed}" / "meta.json", {})
+    celo2 = elo.Celo2(key=jax.random.key(0))
+    monkeypatch.setattr(evaluate.elo, "load_optimizer", lambda path: celo2)
+    tuned = []
+    monkeypatch.setattr(evaluate, "tune_cached", lambda path, *_, **kw: tuned.append(path))
+    task = "gru-h32_mnist-rows-8x8"
+    argv = ["evaluate", command, "--results-dir", str(tmp_path), "--task", task]
+    selected = ["--checkpoints", "selected"] if command == "runs" else []
+    monkeypatch.setattr(sys, "argv", [*argv, *selected, "--run", "pes_celo2/s1"])
+    evaluate.main()
+    assert [p.parent.relative_to(tmp_path / "evaluation" / command) for p in tuned] == [
+        Path("pes_celo2/s1/best")
+    ]
+    monkeypatch.setattr(sys, "argv", [*argv, "--run", "pes_celo2/s7"])
+    with pytest.raises(SystemExit, match=r"'pes_celo2/s7' is not a summarised main run"):
+        evaluate.main()
