@@ -106,7 +106,7 @@ def cell_entry(
 def run_summary(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One checkpoint over every cell: per schedule, the cells where `learning_rate=1` is within
     the tolerance on validation, and where it is on test; the schedule the rule gives it
-    (`pending` until every cell is judged)."""
+    (`pending` while the cells not yet judged could still change it)."""
     judged = [e for e in cells.values() if None not in e["validation_within"].values()]
     counts = {
         name: sum(bool(e["validation_within"][name]) for e in judged)
@@ -119,10 +119,16 @@ def run_summary(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "within": sum(within(e[name]["default_test"], e["adamw"]) for e in present),
             "of": len(present),
         }
-    if len(judged) < len(cells):
-        choice = "pending"
+    # Decided as soon as the cells not yet judged cannot change it (the report's convention
+    # for pending verdicts): decayed needs strictly more cells than constant, even if constant
+    # were within on every remaining one; constant keeps ties.
+    remaining = len(cells) - len(judged)
+    if counts[DECAYED] > counts[CONSTANT] + remaining:
+        choice = DECAYED
+    elif counts[CONSTANT] >= counts[DECAYED] + remaining:
+        choice = CONSTANT
     else:
-        choice = DECAYED if counts[DECAYED] > counts[CONSTANT] else CONSTANT
+        choice = "pending"
     return {
         "judged": len(judged),
         "of": len(cells),
@@ -130,6 +136,15 @@ def run_summary(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "test_within": test_counts,
         "schedule": choice,
     }
+
+
+def early_note(entry: dict[str, Any]) -> str:
+    """` (decided: …)` when a run's schedule was chosen before every cell was judged."""
+    left = entry["of"] - entry["judged"]
+    if entry["schedule"] == "pending" or left == 0:
+        return ""
+    cells = "cell" if left == 1 else "cells"
+    return f" (decided: the {left} {cells} not yet judged cannot change it)"
 
 
 def summarise(
@@ -195,7 +210,7 @@ def markdown(summary: dict[str, Any]) -> list[str]:
             f"{counts[CONSTANT]} (constant) and {counts[DECAYED]} (decayed) of {entry['judged']} "
             f"judged cells (of {entry['of']}); on test {tests[CONSTANT]['within']} of "
             f"{tests[CONSTANT]['of']} and {tests[DECAYED]['within']} of {tests[DECAYED]['of']}. "
-            f"Schedule by the rule: {entry['schedule']}.",
+            f"Schedule by the rule: {entry['schedule']}{early_note(entry)}.",
             "",
             "| cell | AdamW | constant: lr=1 / tuned | decayed: lr=1 / tuned |",
             "|---|---|---|---|",

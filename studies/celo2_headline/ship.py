@@ -17,10 +17,10 @@ beats tuned AdamW.
 
 It refuses to ship before all six runs are summarised, the report is complete and it has the
 shipped seed's result and tuned AdamW's on every held-out cell, and item 4's choice of schedule
-(pending until its decayed results cover every cell). `--allow-partial` ships from what
-exists instead, labelled as such in the summary and in `selection` (`partial`, `missing`), the
-AdamW verdict "pending" while the missing cells could still decide it. It never writes into the
-package unless `--out-dir` says so.
+(pending while the cells its decayed results lack could change it). `--allow-partial` ships
+from what exists instead, labelled as such in the summary and in `selection` (`partial`,
+`missing`), the AdamW verdict "pending" while the missing cells could still decide it. It never
+writes into the package unless `--out-dir` says so.
 """
 
 import argparse
@@ -519,7 +519,8 @@ def schedule_sentence(schedule: dict[str, Any]) -> str:
             f"({', '.join(f'{k}={v:g}' for k, v in schedule['hyperparameters'].items())}), "
             "chosen by the rule's item 4 on validation data (learning_rate=1 within "
             f"{settings.DEFAULT_TOLERANCE}× tuned AdamW's validation loss on {counts['decayed']} "
-            f"cells against {counts['constant']} for the constant step); the evaluation figures "
+            f"cells against {counts['constant']} for the constant step, of {choice['judged']} "
+            f"judged of {choice['of']}); the evaluation figures "
             "above are of the constant step it was meta-trained with, the decayed one's are in "
             "`schedule.decayed_evaluation`."
         )

@@ -1,10 +1,12 @@
 """Item 4's decayed-step investigation in the report (decayed_report.py) on synthetic results:
-the schedule a checkpoint gets is chosen on validation only, a tie keeps the meta-trained one, a
-missing cell leaves it pending, results made with another schedule are left out, and none of it
-touches the protocol's counts."""
+the schedule a checkpoint gets is chosen on validation only, a tie keeps the meta-trained one,
+missing cells leave it pending only while they could change it, results made with another
+schedule are left out, and none of it touches the protocol's counts."""
 
 import json
 from pathlib import Path
+
+import pytest
 
 from studies.celo2_headline import decayed_report, report, settings
 
@@ -78,12 +80,28 @@ def test_a_tie_keeps_the_meta_trained_schedule(tmp_path):
     assert run["schedule"] == "constant"
 
 
-def test_a_missing_cell_leaves_the_choice_pending(tmp_path):
-    evaluation = _tree(tmp_path, constant_val=2.0, decayed_val=1.0)
+def test_a_missing_cell_leaves_the_choice_pending_while_it_could_change_it(tmp_path):
+    # Both within on every judged cell: a tie so far, which the missing cell could break.
+    evaluation = _tree(tmp_path, constant_val=1.1, decayed_val=1.2)
     (evaluation / "decayed" / RUN / "best" / f"{KEYS[0]}.json").unlink()
     run = _summary(evaluation)["runs"][RUN]
     assert run["judged"] == len(KEYS) - 1
     assert run["schedule"] == "pending"
+
+
+@pytest.mark.parametrize(
+    ("constant_val", "decayed_val", "expected"),
+    [(2.0, 1.0, "decayed"), (1.0, 2.0, "constant")],
+)
+def test_the_choice_is_decided_once_the_missing_cells_cannot_change_it(
+    tmp_path, constant_val, decayed_val, expected
+):
+    evaluation = _tree(tmp_path, constant_val=constant_val, decayed_val=decayed_val)
+    for key in KEYS[:2]:
+        (evaluation / "decayed" / RUN / "best" / f"{key}.json").unlink()
+    run = _summary(evaluation)["runs"][RUN]
+    assert run["judged"] == len(KEYS) - 2
+    assert run["schedule"] == expected
 
 
 def test_a_result_made_with_another_schedule_is_left_out(tmp_path):
@@ -94,7 +112,7 @@ def test_a_result_made_with_another_schedule_is_left_out(tmp_path):
     path.write_text(json.dumps(data))
     summary = _summary(evaluation)
     assert summary["stale"] == 1
-    assert summary["runs"][RUN]["schedule"] == "pending"
+    assert summary["runs"][RUN]["judged"] == len(KEYS) - 1
 
 
 def test_a_non_finite_default_is_never_within(tmp_path):
@@ -128,3 +146,11 @@ def test_a_non_finite_adamw_reference_makes_no_cell_within(tmp_path):
     path.write_text(json.dumps(data))
     run = _summary(evaluation)["runs"][RUN]
     assert run["validation_within"] == {"constant": len(KEYS) - 1, "decayed": len(KEYS) - 1}
+
+
+def test_an_early_choice_says_it_was_decided_before_every_cell(tmp_path):
+    evaluation = _tree(tmp_path, constant_val=2.0, decayed_val=1.0)
+    (evaluation / "decayed" / RUN / "best" / f"{KEYS[0]}.json").unlink()
+    summary = _summary(evaluation)
+    section = "\n".join(decayed_report.markdown(summary))
+    assert "Schedule by the rule: decayed (decided: the 1 cell not yet judged" in section
