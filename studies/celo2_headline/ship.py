@@ -522,7 +522,7 @@ def schedule_sentence(schedule: dict[str, Any]) -> str:
             f"cells against {counts['constant']} for the constant step, of {choice['judged']} "
             f"judged of {choice['of']}); the evaluation figures "
             "above are of the constant step it was meta-trained with, the decayed one's are in "
-            "`schedule.decayed_evaluation`."
+            f"`schedule.decayed_evaluation`.{decayed_test_sentence(schedule)}"
         )
     if choice["choice"] == "pending":
         return (
@@ -532,6 +532,25 @@ def schedule_sentence(schedule: dict[str, Any]) -> str:
     return (
         "It ships with the constant step it was meta-trained with, which item 4's rule kept on "
         "validation data."
+    )
+
+
+def decayed_test_sentence(schedule: dict[str, Any]) -> str:
+    """What the shipped (decayed) schedule's own results say on test data, reported and never
+    choosing: tuned, the cells at or below tuned AdamW; at `learning_rate=1`, those within the
+    tolerance of it. Empty when there are no such results."""
+    cells = (schedule.get("decayed_evaluation") or {}).values()
+    rows = [
+        c for c in cells if c.get("adamw") is not None and "tuned_test" in (c.get("decayed") or {})
+    ]
+    within = (schedule.get("reported_test_within") or {}).get("decayed")
+    if not rows or within is None:
+        return ""
+    wins = sum(c["decayed"]["tuned_test"] <= c["adamw"] for c in rows)
+    return (
+        f" With the decayed step, on test data (reported, choosing nothing): tuned, at or below "
+        f"tuned AdamW on {wins} of {len(rows)} evaluated cells; at learning_rate=1, within "
+        f"{settings.DEFAULT_TOLERANCE}× of it on {within['within']} of {within['of']}."
     )
 
 

@@ -114,7 +114,10 @@ def _decayed(schedule: str = "constant", judged: int = len(KEYS)) -> dict:
         "validation_within": {"constant": 3, "decayed": 5},
         "test_within": {"constant": {"within": 3, "of": 14}, "decayed": {"within": 4, "of": 14}},
         "schedule": schedule,
-        "cells": {key: {"decayed": {"default_test": 0.8}} for key in KEYS},
+        "cells": {
+            key: {"adamw": 1.0, "decayed": {"default_test": 0.8, "tuned_test": 0.9 + i / 10}}
+            for i, key in enumerate(KEYS)
+        },
     }
     runs = {ship.run_label(run): entry for run in RUNS}
     return {"schedule": dict(settings.DECAYED_SCHEDULE), "runs": runs}
@@ -468,6 +471,9 @@ def test_item_4s_decayed_choice_ships_the_checkpoint_with_the_decayed_schedule(t
     assert record["schedule"]["decayed_evaluation"][KEYS[0]]["decayed"]["default_test"] == 0.8
     assert "warm-up + cosine decay" in record["summary"]
     assert "on 5 cells against 3 for the constant step" in record["summary"]
+    # tuned 0.9, 1.0, 1.1, ... against AdamW's 1.0: two at or below it
+    assert "tuned, at or below tuned AdamW on 2 of 14 evaluated cells" in record["summary"]
+    assert "at learning_rate=1, within 1.25× of it on 4 of 14" in record["summary"]
     shipped = elo.load_optimizer(tmp_path / "out" / "x.eqx")
     original = elo.load_optimizer(weights[("pes_celo2", 2)])
     assert (shipped.init_lr, shipped.end_lr, shipped.warmup_fraction) == (0.0, 0.0, 0.05)
