@@ -566,6 +566,15 @@ def write_optimizer(source: Path, target: Path, schedule: dict[str, Any]) -> Non
     elo.save_optimizer(target, lo.with_hyperparameters(**schedule["hyperparameters"]))
 
 
+def shown_path(path: Path) -> Path:
+    """`path` as the record and the messages show it: relative to the repository's root (where
+    the commands they name are run) when it lies inside it, so that a shipped record names no
+    directory of the machine that made it."""
+    root = HERE.resolve().parents[1]
+    resolved = path.resolve()
+    return resolved.relative_to(root) if resolved.is_relative_to(root) else path
+
+
 def ship(results: Path, name: str, out: Path, allow_partial: bool = False) -> dict[str, Any]:
     """Choose the Celo2 optimizer to ship, copy its weights to `out/<name>.eqx` and write
     `out/<name>.json`.
@@ -594,7 +603,7 @@ def ship(results: Path, name: str, out: Path, allow_partial: bool = False) -> di
     summary = load_optional(results / "summary.json")
     run = choose_run(metas) if metas else None
     lacking = lacking_cells(summary or {}, *run) if run else {}
-    missing = missing_inputs(results, missing_runs, summary, run, lacking)
+    missing = missing_inputs(shown_path(results), missing_runs, summary, run, lacking)
     if run is None or (missing and not allow_partial):
         raise SystemExit(refusal(missing))
     record = provenance(results, metas, run, summary, missing)

@@ -512,3 +512,9 @@ def test_a_report_made_with_another_schedule_leaves_the_choice_pending(tmp_path,
     common.write_json(results / "summary.json", summary | {"decayed": decayed})
     with pytest.raises(SystemExit, match="item 4's choice of schedule"):
         ship.ship(results, "x", tmp_path / "out")
+
+
+def test_a_results_directory_inside_the_repository_is_named_relative_to_it(tmp_path):
+    inside = ship.HERE / "results"
+    assert ship.shown_path(inside) == Path("studies/celo2_headline/results")
+    assert ship.shown_path(tmp_path) == tmp_path
