@@ -51,3 +51,21 @@ def test_cli_evaluates_and_exports_a_shipped_optimizer(tmp_path):
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     assert main(["evaluate", "pretrained:nope", *task]) == 2
     assert main(["export", f"pretrained:{NAME}", "--format", "eqx"]) == 2  # --out required
+
+
+CELO2_NAME = "celo2_8x8"
+
+
+def test_the_shipped_celo2_carries_its_schedule_and_trains_a_held_out_task():
+    """The headline study's shipped Celo2 (`studies/celo2_headline/ship.py`): its record names
+    the schedule it ships with, the weights carry it, and on a task it never saw (a Fashion-MNIST
+    MLP wider than its meta-training ones) it trains at its default step."""
+    record = elo.available_pretrained()[CELO2_NAME]
+    lo = elo.pretrained(CELO2_NAME)
+    assert isinstance(lo, elo.Celo2)
+    hyperparameters = lo.hyperparameters()
+    for key, value in record["schedule"]["hyperparameters"].items():
+        assert hyperparameters[key] == value, key
+    result = elo.evaluate(lo, "mlp-w64-d2_fashionmnist-8x8x1", num_steps=300, seeds=2)
+    final, initial = result.final("test_loss")[0], float(np.mean(result.test_loss[:, 0]))
+    assert np.isfinite(final) and final < 0.5 * initial
