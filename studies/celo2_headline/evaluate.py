@@ -102,7 +102,11 @@ def main_runs(results: Path, arms: Sequence[str], only: Sequence[str] | None) ->
     unknown = sorted(set(only) - set(names))
     if unknown:
         known = ", ".join(names) or "none yet"
-        raise SystemExit(f"--run {unknown[0]!r} is not a summarised main run here: {known}.")
+        raise SystemExit(
+            f"--run {', '.join(map(repr, unknown))}: not a summarised main run of "
+            f"{', '.join(arms)} under {results / 'main'} (one with a meta.json); "
+            f"these are: {known}."
+        )
     return [run for name, run in names.items() if name in only]
 
 

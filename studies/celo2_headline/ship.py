@@ -519,8 +519,8 @@ def schedule_sentence(schedule: dict[str, Any]) -> str:
             f"({', '.join(f'{k}={v:g}' for k, v in schedule['hyperparameters'].items())}), "
             "chosen by the rule's item 4 on validation data (learning_rate=1 within "
             f"{settings.DEFAULT_TOLERANCE}× tuned AdamW's validation loss on {counts['decayed']} "
-            f"cells against {counts['constant']} for the constant step, of {choice['judged']} "
-            f"judged of {choice['of']}); the evaluation figures "
+            f"cells against {counts['constant']} for the constant step; {choice['judged']} of "
+            f"{choice['of']} cells judged); the evaluation figures "
             "above are of the constant step it was meta-trained with, the decayed one's are in "
             f"`schedule.decayed_evaluation`.{decayed_test_sentence(schedule)}"
         )
@@ -529,9 +529,12 @@ def schedule_sentence(schedule: dict[str, Any]) -> str:
             "It ships with the constant step it was meta-trained with; item 4's choice of "
             f"schedule is pending (judged on {choice['judged']} of {choice['of']} cells)."
         )
+    counts = choice["validation_within"]
     return (
         "It ships with the constant step it was meta-trained with, which item 4's rule kept on "
-        "validation data."
+        f"validation data (learning_rate=1 within {settings.DEFAULT_TOLERANCE}× tuned AdamW's "
+        f"validation loss on {counts['constant']} cells against {counts['decayed']} for the "
+        f"decayed step; {choice['judged']} of {choice['of']} cells judged)."
     )
 
 
@@ -546,7 +549,9 @@ def decayed_test_sentence(schedule: dict[str, Any]) -> str:
     within = (schedule.get("reported_test_within") or {}).get("decayed")
     if not rows or within is None:
         return ""
-    wins = sum(c["decayed"]["tuned_test"] <= c["adamw"] for c in rows)
+    # A non-finite tuned loss (null in the report) is evaluated and never at or below.
+    tuned = [c["decayed"]["tuned_test"] for c in rows]
+    wins = sum(t is not None and t <= c["adamw"] for t, c in zip(tuned, rows))
     return (
         f" With the decayed step, on test data (reported, choosing nothing): tuned, at or below "
         f"tuned AdamW on {wins} of {len(rows)} evaluated cells; at learning_rate=1, within "
@@ -570,9 +575,13 @@ def shown_path(path: Path) -> Path:
     """`path` as the record and the messages show it: relative to the repository's root (where
     the commands they name are run) when it lies inside it, so that a shipped record names no
     directory of the machine that made it."""
-    root = HERE.resolve().parents[1]
-    resolved = path.resolve()
-    return resolved.relative_to(root) if resolved.is_relative_to(root) else path
+    for root, candidate in (
+        (HERE.absolute().parents[1], path.absolute()),  # as given, before any symlink
+        (HERE.resolve().parents[1], path.resolve()),
+    ):
+        if candidate.is_relative_to(root):
+            return candidate.relative_to(root)
+    return path
 
 
 def ship(results: Path, name: str, out: Path, allow_partial: bool = False) -> dict[str, Any]:

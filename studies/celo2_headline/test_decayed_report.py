@@ -148,6 +148,31 @@ def test_a_non_finite_adamw_reference_makes_no_cell_within(tmp_path):
     assert run["validation_within"] == {"constant": len(KEYS) - 1, "decayed": len(KEYS) - 1}
 
 
+@pytest.mark.parametrize(
+    ("constant", "decayed", "left", "expected"),
+    [
+        (1, 3, 1, "decayed"),
+        (1, 2, 1, "pending"),  # one more constant cell would tie, and a tie keeps constant
+        (2, 1, 1, "constant"),
+        (1, 1, 1, "pending"),
+        (0, 0, 14, "pending"),
+        (1, 2, 0, "decayed"),
+        (1, 1, 0, "constant"),
+    ],
+)
+def test_the_early_choice_at_its_boundaries(constant, decayed, left, expected):
+    judged = max(constant, decayed)
+    both = {"constant": True, "decayed": True}
+    cells = {}
+    for i in range(judged):
+        within = {"constant": i < constant, "decayed": i < decayed}
+        cells[f"c{i}"] = {"validation_within": within, "constant": None, "decayed": None}
+    for i in range(left):
+        pending = {k: None for k in both}
+        cells[f"m{i}"] = {"validation_within": pending, "constant": None, "decayed": None}
+    assert decayed_report.run_summary(cells)["schedule"] == expected
+
+
 def test_an_early_choice_says_it_was_decided_before_every_cell(tmp_path):
     evaluation = _tree(tmp_path, constant_val=2.0, decayed_val=1.0)
     (evaluation / "decayed" / RUN / "best" / f"{KEYS[0]}.json").unlink()

@@ -518,3 +518,16 @@ def test_a_results_directory_inside_the_repository_is_named_relative_to_it(tmp_p
     inside = ship.HERE / "results"
     assert ship.shown_path(inside) == Path("studies/celo2_headline/results")
     assert ship.shown_path(tmp_path) == tmp_path
+
+
+def test_a_non_finite_decayed_tuned_loss_is_evaluated_and_never_at_or_below():
+    cells = {
+        "a@1": {"adamw": 1.0, "decayed": {"tuned_test": None}},  # diverged: null in the report
+        "b@1": {"adamw": 1.0, "decayed": {"tuned_test": 0.9}},
+    }
+    schedule = {
+        "decayed_evaluation": cells,
+        "reported_test_within": {"decayed": {"within": 1, "of": 2}},
+    }
+    sentence = ship.decayed_test_sentence(schedule)
+    assert "at or below tuned AdamW on 1 of 2 evaluated cells" in sentence

@@ -487,5 +487,5 @@ def test_run_restricts_runs_and_decayed_to_the_named_main_runs(tmp_path, monkeyp
         Path("pes_celo2/s1/best")
     ]
     monkeypatch.setattr(sys, "argv", [*argv, "--run", "pes_celo2/s7"])
-    with pytest.raises(SystemExit, match=r"'pes_celo2/s7' is not a summarised main run"):
+    with pytest.raises(SystemExit, match=r"'pes_celo2/s7': not a summarised main run of"):
         evaluate.main()
