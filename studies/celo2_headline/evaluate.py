@@ -90,11 +90,13 @@ def cells(only: Sequence[str] | None = None) -> list[tuple[str, int]]:
     return [(task, horizon) for task, horizon in every if task in only]
 
 
-def main_runs(results: Path, arms: Sequence[str], only: Sequence[str] | None) -> list[Path]:
-    """The summarised main runs of `arms` under `results/main` (`<arm>/s<seed>`, sorted); with
-    `only`, those it names, refusing a name that is not one of them."""
+def main_runs(results: Path, arms: Sequence[str] | None, only: Sequence[str] | None) -> list[Path]:
+    """The summarised main runs of `arms` (None: every arm) under `results/main`
+    (`<arm>/s<seed>`, sorted by arm, then seed); with `only`, those it names, refusing a name
+    that is not one of them."""
+    patterns = ["*"] if arms is None else list(arms)
     runs = [
-        meta.parent for arm in arms for meta in sorted(results.glob(f"main/{arm}/s*/meta.json"))
+        meta.parent for arm in patterns for meta in sorted(results.glob(f"main/{arm}/s*/meta.json"))
     ]
     if only is None:
         return runs
@@ -104,7 +106,7 @@ def main_runs(results: Path, arms: Sequence[str], only: Sequence[str] | None) ->
         known = ", ".join(names) or "none yet"
         raise SystemExit(
             f"--run {', '.join(map(repr, unknown))}: not a summarised main run of "
-            f"{', '.join(arms)} under {results / 'main'} (one with a meta.json); "
+            f"{', '.join(arms or ['any arm'])} under {results / 'main'} (one with a meta.json); "
             f"these are: {known}."
         )
     return [run for name, run in names.items() if name in only]
@@ -340,8 +342,7 @@ def run_learned(
 ) -> None:
     # Every run's selected checkpoint before any final one: the rule judges the selected ones,
     # and the final ones (reported, not judged) double the cost.
-    arms = sorted({meta.parent.parent.name for meta in results.glob("main/*/s*/meta.json")})
-    runs = main_runs(results, arms, only_runs)
+    runs = main_runs(results, None, only_runs)
     for which in checkpoints:
         items = [
             (

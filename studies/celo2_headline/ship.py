@@ -549,9 +549,9 @@ def decayed_test_sentence(schedule: dict[str, Any]) -> str:
     within = (schedule.get("reported_test_within") or {}).get("decayed")
     if not rows or within is None:
         return ""
-    # A non-finite tuned loss (null in the report) is evaluated and never at or below.
-    tuned = [c["decayed"]["tuned_test"] for c in rows]
-    wins = sum(t is not None and t <= c["adamw"] for t, c in zip(tuned, rows))
+    wins = sum(
+        _at_or_below({"test_loss": c["decayed"]["tuned_test"], "adamw": c["adamw"]}) for c in rows
+    )
     return (
         f" With the decayed step, on test data (reported, choosing nothing): tuned, at or below "
         f"tuned AdamW on {wins} of {len(rows)} evaluated cells; at learning_rate=1, within "
