@@ -59,6 +59,15 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def commit_counts(results) -> dict[str, int]:
+    """How many of `results` (result dicts) each commit produced (each one's `environment`)."""
+    commits: dict[str, int] = {}
+    for data in results:
+        commit = data.get("environment", {}).get("commit", "unknown")
+        commits[commit] = commits.get(commit, 0) + 1
+    return dict(sorted(commits.items()))
+
+
 def finite_or_none(x: float) -> float | None:
     """`x` as a float, or `None` when it is not finite (JSON has no NaN)."""
     return float(x) if math.isfinite(float(x)) else None
@@ -95,6 +104,12 @@ def fmt_delta(d: dict[str, Any]) -> str:
     """A paired difference as `Δ +0.012 ± 0.034, 2/3 wins`."""
     half = "" if math.isnan(d["ci95"]) else f" ± {d['ci95']:.3f}"
     return f"Δ {d['mean']:+.3f}{half}, {d['wins']}/{d['n']} wins"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table as lines, with an empty line after it."""
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows] + [""]
 
 
 def ci_band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

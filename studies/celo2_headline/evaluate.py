@@ -60,7 +60,7 @@ import numpy as np
 
 import elo
 from studies import common
-from studies.celo2_headline import report, settings, tasks
+from studies.celo2_headline import settings, shipped_report, tasks
 
 
 HERE = Path(__file__).parent
@@ -402,15 +402,15 @@ def run_long_horizon(out: Path, only: Sequence[str] | None = None, stack: int = 
 
 def installed_weights_digest(name: str) -> str:
     """The SHA-256 of the weights `elo.pretrained(name)` loads (the installed package's file),
-    which must be the file the report reads (`report.weights_digest`, the source tree's)."""
+    which must be the file the report reads (`shipped_report.weights_digest`, the source tree's)."""
     installed = importlib.resources.files("elo") / "pretrained" / f"{name}.eqx"
     if not installed.is_file():
         raise SystemExit(f"elo ships no {name}.eqx ({installed}): reinstall elo.")
     digest = hashlib.sha256(installed.read_bytes()).hexdigest()
-    if digest != report.weights_digest(name):
+    if digest != shipped_report.weights_digest(name):
         raise SystemExit(
             f"the installed elo's {name}.eqx ({installed}) is not this source tree's "
-            f"({report.PRETRAINED}): install this tree (pip install -e .) and rerun."
+            f"({shipped_report.PRETRAINED}): install this tree (pip install -e .) and rerun."
         )
     return digest
 

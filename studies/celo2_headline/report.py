@@ -36,7 +36,6 @@ Conventions (those of the README's protocol):
 """
 
 import argparse
-import hashlib
 import math
 from pathlib import Path
 from typing import Any
@@ -44,13 +43,11 @@ from typing import Any
 import numpy as np
 
 from studies import common
-from studies.celo2_headline import decayed_report, settings
+from studies.celo2_headline import decayed_report, settings, shipped_report
+from studies.celo2_headline.report_markdown import markdown
 
 
 HERE = Path(__file__).parent
-# The package's shipped optimizers (`<name>.json` beside `<name>.eqx`), read as files so that the
-# report does not import `elo`: a name shipped but not yet evaluated is listed as pending.
-PRETRAINED = HERE.parents[1] / "elo" / "pretrained"
 ARMS = tuple(settings.ARMS)
 CHECKPOINTS = ("best", "final")
 # H1: ELO-Celo2 at or below tuned AdamW on at least this many of the 14 cells (a majority).
@@ -310,105 +307,6 @@ def default_step(table) -> dict[str, Any]:
     return out
 
 
-def _ratio(value: float, reference: float | None) -> float:
-    return value / reference if reference else math.nan
-
-
-def shipped_cell(data: dict[str, Any] | None, adamw: float | None) -> dict[str, Any]:
-    """A shipped optimizer on one cell (`data`, its result; None if missing) beside tuned
-    AdamW's value (None if missing): the default step's value (`learning_rate=1`), the tuned
-    value and multiplier, both as ratios to AdamW, and whether the default works (within
-    DEFAULT_TOLERANCE × AdamW; None while AdamW or the result is missing)."""
-    if data is None:
-        default = value = math.nan
-        works = None
-    else:
-        default, value = _number(data["default_test_loss"]), _number(data["test_loss"])
-        works = None if adamw is None else decayed_report.within(default, adamw)
-    return {
-        "present": data is not None,
-        "default_value": default,
-        "default_diverged": None if data is None else bool(data["default_diverged"]),
-        "value": value,
-        "multiplier": None if data is None else data["value"],
-        "diverged": None if data is None else bool(data["diverged"]),
-        "adamw": adamw,
-        "ratio_default_adamw": _ratio(default, adamw),
-        "ratio_tuned_adamw": _ratio(value, adamw),
-        "default_works": works,
-    }
-
-
-def shipped_names(evaluation: Path) -> list[str]:
-    """The shipped optimizers to report: those with a folder under `evaluation`/shipped/ and
-    those in the package (PRETRAINED), sorted."""
-    found = {p.name for p in (evaluation / "shipped").glob("*") if p.is_dir()}
-    return sorted(found | {p.stem for p in PRETRAINED.glob("*.json")})
-
-
-def weights_digest(name: str) -> str | None:
-    """The SHA-256 of the package's `<name>.eqx` (None when the package does not ship it): a
-    shipped optimizer's results count only for the weights they were made with."""
-    path = PRETRAINED / f"{name}.eqx"
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-
-
-def shipped_optimizer(
-    folder: Path, adamw: dict[str, float | None], digest: str | None = None
-) -> dict[str, Any]:
-    """One shipped optimizer's results in `folder` on every cell (`adamw`: tuned AdamW's value
-    by cell): per cell `shipped_cell`, its status, and the cells where its default works. With
-    `digest` (`weights_digest`), a result made with other weights (its `weights_sha256` differs
-    or is absent) is stale: left out, as if missing, and counted."""
-    found = {k: folder / f"{k}.json" for k in adamw if (folder / f"{k}.json").is_file()}
-    loaded = {k: common.load_json(path) for k, path in found.items()}
-    results = {
-        k: r for k, r in loaded.items() if digest is None or r.get("weights_sha256") == digest
-    }
-    cells = {k: shipped_cell(results.get(k), reference) for k, reference in adamw.items()}
-    works = [c["default_works"] for c in cells.values()]
-    return {
-        "status": shipped_status(len(results), len(cells)),
-        "present": len(results),
-        "stale": len(loaded) - len(results),
-        "default_step": {
-            "works": sum(w is True for w in works),
-            "judged": sum(w is not None for w in works),
-            "of": len(works),
-        },
-        "cells": cells,
-        "evaluation_commits": commit_counts(results.values()),
-    }
-
-
-def shipped_status(present: int, of: int) -> str:
-    """`pending` (no result yet), else `complete: …` or `incomplete: N of M cells present`."""
-    if not present:
-        return PENDING
-    return f"{'complete' if present == of else 'incomplete'}: {present} of {of} cells present"
-
-
-def shipped(evaluation: Path, table) -> dict[str, Any]:
-    """Every shipped optimizer (`shipped_names`) on every cell, beside tuned AdamW's value in
-    `table`. Reported beside the study: it is read from its own folder, so it enters neither a
-    verdict nor the status line's counts."""
-    adamw = {k: row["adamw"]["value"] if row["adamw"] else None for k, row in table.items()}
-    folder = evaluation / "shipped"
-    return {
-        name: shipped_optimizer(folder / name, adamw, weights_digest(name))
-        for name in shipped_names(evaluation)
-    }
-
-
-def commit_counts(results) -> dict[str, int]:
-    """How many of `results` (result dicts) each commit produced (each JSON's environment)."""
-    commits: dict[str, int] = {}
-    for data in results:
-        commit = data.get("environment", {}).get("commit", "unknown")
-        commits[commit] = commits.get(commit, 0) + 1
-    return dict(sorted(commits.items()))
-
-
 def segment_commit(segment: dict[str, Any]) -> str:
     """The commit of the code that ran a meta-training segment: its `source_commit` where
     recorded (a copy of the code whose git directory could not tell it), else its
@@ -429,7 +327,7 @@ def provenance(results, root: Path) -> dict[str, Any]:
         else None
     )
     return {
-        "evaluation_commits": commit_counts(results.values()),
+        "evaluation_commits": common.commit_counts(results.values()),
         "meta_training_commits": sorted(meta),
         "evaluation_settings_match": same,
         "report_commit": common.git_commit(),
@@ -450,7 +348,7 @@ def summarise(root: Path) -> dict[str, Any]:
         "h2": h2(table),
         "h3": h3(table),
         "default_step": default_step(table),
-        "shipped": shipped(root / "evaluation", table),
+        "shipped": shipped_report.summarise(root / "evaluation", table),
         "decayed": decayed_report.summarise(root / "evaluation", results, keys()),
         "grid_edges": grid_edges(results),
         "cells": table,
@@ -487,291 +385,6 @@ def json_ready(x: Any) -> Any:
     if isinstance(x, float):
         return common.finite_or_none(x)
     return x
-
-
-# ------------------------------------------------------------------------------------------
-# Markdown
-
-
-_MARK = {True: "✓", False: "✗", None: "?"}
-
-
-_f = common.fmt_value
-
-
-def _pm(interval: dict[str, Any] | None) -> str:
-    if interval is None:
-        return "–"
-    half = "" if not math.isfinite(interval["ci95"]) else f" ± {interval['ci95']:.3f}"
-    return f"{_f(interval['mean'])}{half}"
-
-
-def _arm_text(entry: dict[str, Any]) -> str:
-    """`mean (n=…; k div)` of an arm on one cell."""
-    if not entry["n"]:
-        return "–"
-    div = f"; {entry['diverged']} div" if entry["diverged"] else ""
-    return f"{_f(entry['value'])} (n={entry['n']}{div})"
-
-
-def _baseline_text(entry: dict[str, Any] | None) -> str:
-    if entry is None:
-        return "–"
-    return f"{_f(entry['value'])} ({entry['lr']:.2g}{', div' if entry['diverged'] else ''})"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-    return lines + ["| " + " | ".join(r) + " |" for r in rows] + [""]
-
-
-def _label(arm: str) -> str:
-    return settings.ARMS[arm].label
-
-
-def _values_table(summary) -> list[str]:
-    header = ["cell", "AdamW (lr)", "Muon (lr)", "SGD (lr)", *map(_label, ARMS)]
-    rows = [
-        [k, *(_baseline_text(row[b]) for b in settings.BASELINES)]
-        + [_arm_text(row["arms"][a]["best"]) for a in ARMS]
-        for k, row in summary["cells"].items()
-    ]
-    return _table(header, rows)
-
-
-def _per_seed_table(summary, checkpoint: str) -> list[str]:
-    header = ["cell", *(f"{_label(a)}: per seed (×lr multiplier)" for a in ARMS)]
-    rows = []
-    for k, row in summary["cells"].items():
-        cells = []
-        for a in ARMS:
-            e = row["arms"][a][checkpoint]
-            seeds = [f"s{s} {_f(v)} (×{e['multiplier'][s]:.2g})" for s, v in e["per_seed"].items()]
-            cells.append(" / ".join(seeds) or "–")
-        rows.append([k, *cells])
-    return _table(header, rows)
-
-
-def _ratio_table(summary, reference: str) -> list[str]:
-    header = ["cell", *map(_label, ARMS)]
-    rows = [
-        [k, *(_pm(row["arms"][a]["best"][f"ratio_{reference}"]) for a in ARMS)]
-        for k, row in summary["cells"].items()
-    ]
-    return _table(header, rows)
-
-
-def _delta(d: dict[str, Any] | None) -> str:
-    return "–" if d is None else common.fmt_delta(d)
-
-
-def _h2_table(summary) -> list[str]:
-    long = set(summary["h2"]["long_horizon_cells"])
-    header = ["cell", "long horizon", "selected (judged)", "final (not judged)"]
-    rows = [
-        [k, "yes" if k in long else "", _delta(row["h2"]["best"]), _delta(row["h2"]["final"])]
-        for k, row in summary["cells"].items()
-    ]
-    return _table(header, rows)
-
-
-def _h3_table(summary) -> list[str]:
-    header = ["cell", *(f"{_label(a)} − {_label(b)}" for _, a, b in H3_PAIRS)]
-    rows = [
-        [k, *(_delta(row["h3"][name]) for name, _, _ in H3_PAIRS)]
-        for k, row in summary["cells"].items()
-    ]
-    return _table(header, rows)
-
-
-def _default_table(summary) -> list[str]:
-    header = ["cell", "AdamW", *(f"{_label(a)}: lr=1 / tuned" for a in ARMS)]
-    rows = []
-    for k, row in summary["cells"].items():
-        cells = []
-        for a in ARMS:
-            e = row["arms"][a]["best"]
-            works = _MARK[row["default_works"][a]]
-            div = f" ({e['default_diverged']} div)" if e["default_diverged"] else ""
-            text = f"{_f(e['default_value'])}{div} / {_f(e['value'])} {works}"
-            cells.append(text if e["n"] else "–")
-        rows.append([k, _f(row["adamw"]["value"]) if row["adamw"] else "–", *cells])
-    return _table(header, rows)
-
-
-def _shipped_text(entry: dict[str, Any]) -> str:
-    """`default (ratio) / tuned (ratio, m=multiplier) mark` of a shipped optimizer on a cell."""
-    if not entry["present"]:
-        return "–"
-    default_div = ", div" if entry["default_diverged"] else ""
-    div = ", div" if entry["diverged"] else ""
-    default = f"{_f(entry['default_value'])} ({_f(entry['ratio_default_adamw'], 2)}×{default_div})"
-    tuned = f"{_f(entry['value'])} ({_f(entry['ratio_tuned_adamw'], 2)}×, "
-    tuned += f"m={entry['multiplier']:.2g}{div})"
-    return f"{default} / {tuned} {_MARK[entry['default_works']]}"
-
-
-def _shipped_table(summary) -> list[str]:
-    ships = summary["shipped"]
-    if not ships:
-        return ["No shipped optimizer found (elo/pretrained/, evaluation/shipped/).", ""]
-    header = ["cell", "AdamW", *(f"`{n}`" for n in ships)]
-    rows = []
-    for k, row in summary["cells"].items():
-        texts = [
-            PENDING if s["status"] == PENDING else _shipped_text(s["cells"][k])
-            for s in ships.values()
-        ]
-        rows.append([k, _f(row["adamw"]["value"]) if row["adamw"] else "–", *texts])
-    totals = [
-        f"- `{n}`: {s['status']}; lr=1 within {DEFAULT_TOLERANCE}× tuned AdamW on "
-        f"{s['default_step']['works']} of {s['default_step']['judged']} judged cells "
-        f"(of {s['default_step']['of']})"
-        + (f"; {s['stale']} stale results (made with other weights) left out" if s["stale"] else "")
-        for n, s in ships.items()
-    ]
-    return _table(header, rows) + totals + [""]
-
-
-def _so_far(verdict: str, complete: int, of: int) -> str:
-    """What a verdict had to go on: ` (so far: k of n cells complete)` while pending,
-    ` (decided with k of n cells complete)` when no missing result can change it."""
-    if verdict == PENDING:
-        return f" (so far: {complete} of {of} cells complete)"
-    return f" (decided with {complete} of {of} cells complete)" if complete < of else ""
-
-
-def _h1_line(one: dict[str, Any], of: int) -> str:
-    below = one["ratio_interval_below_1"]
-    return (
-        f"- **H1** (ELO-Celo2 ≤ tuned AdamW on at least {one['needed']} of {of} cells): "
-        f"**{one['verdict']}**{_so_far(one['verdict'], one['cells_complete'], of)}: "
-        f"{one['cells_at_or_below_adamw']} cells (at most {one['reachable']} reachable); "
-        "ratio interval entirely below 1 on "
-        f"{below['adamw']} cells vs AdamW, {below['muon']} vs Muon."
-    )
-
-
-def _divergences(counts: dict[str, Any]) -> str:
-    total, long = counts["diverged"], counts["diverged_long_horizon"]
-    return (
-        f"diverged seed × cell pairs ELO {total['elo_celo2']}, PES {total['pes_celo2']} "
-        f"(long horizons: {long['elo_celo2']}, {long['pes_celo2']})"
-    )
-
-
-def _h2_line(two: dict[str, Any], of: int) -> str:
-    best, final = two["selected"], two["final (not judged)"]
-    return (
-        f"- **H2** (ELO-Celo2 − PES-Celo2 below 0 on at least {two['needed']} of "
-        f"{len(two['long_horizon_cells'])} long-horizon cells, no more divergences): "
-        f"**{two['verdict']}**{_so_far(two['verdict'], best['cells_complete'], of)}: "
-        f"{best['cells_below_0']} cells (at most {two['reachable']} reachable); "
-        f"{_divergences(best)}. Final checkpoints (not judged): "
-        f"{final['cells_below_0']} cells; {_divergences(final)}."
-    )
-
-
-def _edges_table(summary) -> list[str]:
-    edges = summary["grid_edges"]
-    if not edges:
-        return ["None so far.", ""]
-    rows = [[f"`{e['result']}`", e["end"], f"{e['value']:.3g}"] for e in edges]
-    return _table(["result", "end of the grid", "chosen value"], rows)
-
-
-def _verdict_lines(summary) -> list[str]:
-    of = len(summary["cells"])
-    h3 = "; ".join(
-        f"{_label(v['arm'])} − {_label(v['minus'])}: below 0 on {v['cells_below_0']}, above "
-        f"0 on {v['cells_above_0']} of {v['cells_compared']} cells, mean "
-        f"{_f(v['mean_over_cells'])}"
-        for v in summary["h3"].values()
-    )
-    default = "; ".join(
-        f"{_label(a)} on {v['works']} of {v['judged']} cells"
-        for a, v in summary["default_step"].items()
-    )
-    return [
-        _h1_line(summary["h1"], of),
-        _h2_line(summary["h2"], of),
-        f"- **H3** (descriptive): {h3}.",
-        f"- **Default step** (lr=1 within {DEFAULT_TOLERANCE}× tuned AdamW): {default}.",
-        "",
-    ]
-
-
-def markdown(summary: dict[str, Any]) -> str:
-    """The summary as the markdown page the docs' Results page includes."""
-    prov = summary["provenance"]
-    lines = [
-        "## ELO-Celo2 headline study: held-out evaluation",
-        "",
-        f"**Status: {summary['status']}.** A verdict whose inputs are not all present is "
-        "pending unless no missing result can change it. Values: test loss of the tuned "
-        "setting (mean over evaluation seeds of the final test loss, each capped at the run's "
-        "initial loss); arms: mean over meta-training seeds of the validation-selected "
-        "checkpoints.",
-        "",
-        "### Verdicts (decision_rule.md)",
-        "",
-        *_verdict_lines(summary),
-        "### Tuned values (selected checkpoints)",
-        "",
-        *_values_table(summary),
-        "### Per meta-training seed (selected checkpoints)",
-        "",
-        *_per_seed_table(summary, "best"),
-        "### Per meta-training seed (final checkpoints, not judged)",
-        "",
-        *_per_seed_table(summary, "final"),
-        "### Ratio to tuned AdamW (per seed; mean ± 95% t-interval over meta-seeds)",
-        "",
-        *_ratio_table(summary, "adamw"),
-        "### Ratio to tuned Muon (per seed; mean ± 95% t-interval over meta-seeds)",
-        "",
-        *_ratio_table(summary, "muon"),
-        "### H2: ELO-Celo2 − PES-Celo2, paired over meta-seeds",
-        "",
-        *_h2_table(summary),
-        "### H3: width vs architecture, paired over meta-seeds (selected checkpoints)",
-        "",
-        *_h3_table(summary),
-        f"### The default step: test loss at learning_rate=1 / tuned (✓: within "
-        f"{DEFAULT_TOLERANCE}× tuned AdamW; ?: not all seeds or AdamW yet)",
-        "",
-        *_default_table(summary),
-        "### The shipped optimizers: learning_rate=1 / tuned (× tuned AdamW)",
-        "",
-        "The optimizers `elo` ships (`elo.available_pretrained()`), reported beside the study: "
-        "they enter no verdict and not its status count. m: the tuned `learning_rate` "
-        f"multiplier; ✓: lr=1 within {DEFAULT_TOLERANCE}× tuned AdamW, ✗: not, ?: no AdamW "
-        "yet; div: diverged.",
-        "",
-        *_shipped_table(summary),
-        "### Item 4: a decayed step (investigation, not judged)",
-        "",
-        *decayed_report.markdown(summary["decayed"]),
-        "### Choices at an end of the sweep",
-        "",
-        "Tuned values chosen at the lowest or highest point of their 7-value grid (study "
-        "results): there the best setting may lie beyond the grid, so the tuned value "
-        "flatters no one and may understate the optimizer. Reported, not judged.",
-        "",
-        *_edges_table(summary),
-        "### Provenance",
-        "",
-        "- evaluation commits (results): "
-        + (", ".join(f"`{c}` ({n})" for c, n in prov["evaluation_commits"].items()) or "none"),
-        "- meta-training commits: "
-        + (", ".join(f"`{c}`" for c in prov["meta_training_commits"]) or "none"),
-        "- evaluation settings match settings.py: "
-        + {True: "yes", False: "**no**", None: "not recorded"}[prov["evaluation_settings_match"]],
-        f"- report written at `{prov['report_commit']}`",
-    ]
-    if summary["missing"]:
-        lines.append(f"- missing: {len(summary['missing'])} results (listed in summary.json)")
-    return "\n".join(lines) + "\n"
 
 
 def report(root: Path) -> dict[str, Any]:

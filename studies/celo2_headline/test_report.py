@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from studies import common
-from studies.celo2_headline import report, settings
+from studies.celo2_headline import report, settings, shipped_report
 
 
 ADAMW = 1.0
 # The package's folder of shipped optimizers, before the fixture below replaces it.
-REAL_PRETRAINED = report.PRETRAINED
+REAL_PRETRAINED = shipped_report.PRETRAINED
 KEYS = [report.cell_key(c) for c in settings.cells()]
 LONG = report.long_horizon_keys()
 # loss(optimizer, seed, checkpoint, key): an optimizer is a baseline's name (seed and checkpoint
@@ -82,7 +82,7 @@ def _tree(
 @pytest.fixture(autouse=True)
 def _no_package_optimizers(tmp_path_factory, monkeypatch):
     """Every test sees only the shipped optimizers it makes, not those of the package."""
-    monkeypatch.setattr(report, "PRETRAINED", tmp_path_factory.mktemp("pretrained"))
+    monkeypatch.setattr(shipped_report, "PRETRAINED", tmp_path_factory.mktemp("pretrained"))
 
 
 def _shipped(
@@ -465,7 +465,7 @@ def test_a_shipped_optimizer_without_results_is_pending(tmp_path, monkeypatch):
     package.mkdir()
     (package / "celo2_new.json").write_text("{}")
     (package / "celo2_new.eqx").write_bytes(b"")
-    monkeypatch.setattr(report, "PRETRAINED", package)
+    monkeypatch.setattr(shipped_report, "PRETRAINED", package)
     _tree(tmp_path)
     started = tmp_path / "evaluation" / "shipped" / "started"
     started.mkdir(parents=True)
@@ -493,9 +493,9 @@ def test_shipped_results_made_with_other_weights_are_stale_and_left_out(tmp_path
     package.mkdir()
     (package / "celo2_x.json").write_text("{}")
     (package / "celo2_x.eqx").write_bytes(b"new weights")
-    monkeypatch.setattr(report, "PRETRAINED", package)
-    digest = report.weights_digest("celo2_x")
-    assert digest is not None and report.weights_digest("absent") is None
+    monkeypatch.setattr(shipped_report, "PRETRAINED", package)
+    digest = shipped_report.weights_digest("celo2_x")
+    assert digest is not None and shipped_report.weights_digest("absent") is None
     _tree(tmp_path)
     _shipped(tmp_path, "celo2_x")  # no weights_sha256: made before results recorded it
     folder = tmp_path / "evaluation" / "shipped" / "celo2_x"
@@ -552,13 +552,13 @@ def test_evaluate_shipped_writes_where_the_report_reads(tmp_path, monkeypatch):
         evaluate, "tune_cached", lambda *args, required: calls.append((*args, required))
     )
     for name in ("a", "b"):
-        (report.PRETRAINED / f"{name}.eqx").write_bytes(name.encode())
-    monkeypatch.setattr(evaluate, "installed_weights_digest", report.weights_digest)
+        (shipped_report.PRETRAINED / f"{name}.eqx").write_bytes(name.encode())
+    monkeypatch.setattr(evaluate, "installed_weights_digest", shipped_report.weights_digest)
     evaluate.run_shipped(tmp_path / "evaluation")
     assert [c[1] for c in calls] == ["lo:a"] * 14 + ["lo:b"] * 14
     assert [f"{c[2]}@{c[3]}" for c in calls] == KEYS * 2
-    assert [c[4]["weights_sha256"] for c in calls] == [report.weights_digest("a")] * 14 + [
-        report.weights_digest("b")
+    assert [c[4]["weights_sha256"] for c in calls] == [shipped_report.weights_digest("a")] * 14 + [
+        shipped_report.weights_digest("b")
     ] * 14
     _tree(tmp_path)
     for path, *_, required in calls:
@@ -617,8 +617,8 @@ def test_a_shipped_default_is_judged_only_against_finite_figures():
         "value": 0.22,
         "diverged": False,
     }
-    assert report.shipped_cell(result, adamw=0.5)["default_works"] is True
-    assert report.shipped_cell(result, adamw=math.inf)["default_works"] is False
-    assert report.shipped_cell(result, adamw=None)["default_works"] is None
+    assert shipped_report.shipped_cell(result, adamw=0.5)["default_works"] is True
+    assert shipped_report.shipped_cell(result, adamw=math.inf)["default_works"] is False
+    assert shipped_report.shipped_cell(result, adamw=None)["default_works"] is None
     diverged = dict(result, default_test_loss=None, default_diverged=True)
-    assert report.shipped_cell(diverged, adamw=0.5)["default_works"] is False
+    assert shipped_report.shipped_cell(diverged, adamw=0.5)["default_works"] is False

@@ -16,7 +16,7 @@ import pytest
 
 import elo
 from studies import common
-from studies.celo2_headline import report, settings, study
+from studies.celo2_headline import settings, shipped_report, study
 
 
 @pytest.mark.parametrize("arm", list(settings.ARMS))
@@ -272,8 +272,8 @@ def test_shipped_weights_must_be_the_installed_ones(monkeypatch):
     from studies.celo2_headline import evaluate
 
     name = "small_fc_mnist8"
-    assert evaluate.installed_weights_digest(name) == report.weights_digest(name)
-    monkeypatch.setattr(report, "weights_digest", lambda name: "0" * 64)
+    assert evaluate.installed_weights_digest(name) == shipped_report.weights_digest(name)
+    monkeypatch.setattr(shipped_report, "weights_digest", lambda name: "0" * 64)
     with pytest.raises(SystemExit, match="not this source tree's"):
         evaluate.installed_weights_digest(name)
     with pytest.raises(SystemExit, match="elo ships no"):

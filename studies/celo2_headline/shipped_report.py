@@ -1,0 +1,167 @@
+"""The shipped optimizers in the report: each one's default and tuned step beside tuned AdamW.
+
+`evaluate.py shipped` tunes every optimizer the package ships (`elo.available_pretrained()`) on
+every held-out cell, by the study's protocol, into `shipped/<name>/<task>@<horizon>.json`. This
+module sets each one's test loss at `learning_rate=1` and tuned (with its multiplier) beside
+tuned AdamW's, as ratios, and counts the cells where the default is within DEFAULT_TOLERANCE ×
+tuned AdamW (item 4 of the issue). Reported beside the study: it is read from its own folder,
+so it enters neither a verdict nor the report's status count.
+
+A result counts only for the weights it was made with: each records the SHA-256 of the `.eqx`
+it tuned, and one made with other weights than the package's (re-shipped since) is stale,
+left out as if missing, and counted.
+"""
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+from studies import common
+from studies.celo2_headline import decayed_report, settings
+
+
+HERE = Path(__file__).parent
+# The package's shipped optimizers (`<name>.json` beside `<name>.eqx`), read as files so that the
+# report does not import `elo`: a name shipped but not yet evaluated is listed as pending.
+PRETRAINED = HERE.parents[1] / "elo" / "pretrained"
+DEFAULT_TOLERANCE = settings.DEFAULT_TOLERANCE
+PENDING = "pending"
+_MARK = {True: "✓", False: "✗", None: "?"}
+_f = common.fmt_value
+
+
+def _number(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+def _ratio(value: float, reference: float | None) -> float:
+    return value / reference if reference else math.nan
+
+
+def shipped_cell(data: dict[str, Any] | None, adamw: float | None) -> dict[str, Any]:
+    """A shipped optimizer on one cell (`data`, its result; None if missing) beside tuned
+    AdamW's value (None if missing): the default step's value (`learning_rate=1`), the tuned
+    value and multiplier, both as ratios to AdamW, and whether the default works (within
+    DEFAULT_TOLERANCE × AdamW; None while AdamW or the result is missing)."""
+    if data is None:
+        default = value = math.nan
+        works = None
+    else:
+        default, value = _number(data["default_test_loss"]), _number(data["test_loss"])
+        works = None if adamw is None else decayed_report.within(default, adamw)
+    return {
+        "present": data is not None,
+        "default_value": default,
+        "default_diverged": None if data is None else bool(data["default_diverged"]),
+        "value": value,
+        "multiplier": None if data is None else data["value"],
+        "diverged": None if data is None else bool(data["diverged"]),
+        "adamw": adamw,
+        "ratio_default_adamw": _ratio(default, adamw),
+        "ratio_tuned_adamw": _ratio(value, adamw),
+        "default_works": works,
+    }
+
+
+def shipped_names(evaluation: Path) -> list[str]:
+    """The shipped optimizers to report: those with a folder under `evaluation`/shipped/ and
+    those in the package (PRETRAINED), sorted."""
+    found = {p.name for p in (evaluation / "shipped").glob("*") if p.is_dir()}
+    return sorted(found | {p.stem for p in PRETRAINED.glob("*.json")})
+
+
+def weights_digest(name: str) -> str | None:
+    """The SHA-256 of the package's `<name>.eqx` (None when the package does not ship it): a
+    shipped optimizer's results count only for the weights they were made with."""
+    path = PRETRAINED / f"{name}.eqx"
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def shipped_status(present: int, of: int) -> str:
+    """`pending` (no result yet), else `complete: …` or `incomplete: N of M cells present`."""
+    if not present:
+        return PENDING
+    return f"{'complete' if present == of else 'incomplete'}: {present} of {of} cells present"
+
+
+def shipped_optimizer(
+    folder: Path, adamw: dict[str, float | None], digest: str | None = None
+) -> dict[str, Any]:
+    """One shipped optimizer's results in `folder` on every cell (`adamw`: tuned AdamW's value
+    by cell): per cell `shipped_cell`, its status, and the cells where its default works. With
+    `digest` (`weights_digest`), a result made with other weights (its `weights_sha256` differs
+    or is absent) is stale: left out, as if missing, and counted."""
+    found = {k: folder / f"{k}.json" for k in adamw if (folder / f"{k}.json").is_file()}
+    loaded = {k: common.load_json(path) for k, path in found.items()}
+    results = {
+        k: r for k, r in loaded.items() if digest is None or r.get("weights_sha256") == digest
+    }
+    cells = {k: shipped_cell(results.get(k), reference) for k, reference in adamw.items()}
+    works = [c["default_works"] for c in cells.values()]
+    return {
+        "status": shipped_status(len(results), len(cells)),
+        "present": len(results),
+        "stale": len(loaded) - len(results),
+        "default_step": {
+            "works": sum(w is True for w in works),
+            "judged": sum(w is not None for w in works),
+            "of": len(works),
+        },
+        "cells": cells,
+        "evaluation_commits": common.commit_counts(results.values()),
+    }
+
+
+def _adamw_by_cell(cells: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """Tuned AdamW's value by cell from the report's per-cell rows (None where missing)."""
+    return {k: row["adamw"]["value"] if row["adamw"] else None for k, row in cells.items()}
+
+
+def summarise(evaluation: Path, cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Every shipped optimizer (`shipped_names`) on every cell of the report's per-cell rows
+    (`cells`), beside tuned AdamW's value there."""
+    adamw = _adamw_by_cell(cells)
+    folder = evaluation / "shipped"
+    return {
+        name: shipped_optimizer(folder / name, adamw, weights_digest(name))
+        for name in shipped_names(evaluation)
+    }
+
+
+def _text(entry: dict[str, Any]) -> str:
+    """`default (ratio) / tuned (ratio, m=multiplier) mark` of a shipped optimizer on a cell."""
+    if not entry["present"]:
+        return "–"
+    default_div = ", div" if entry["default_diverged"] else ""
+    div = ", div" if entry["diverged"] else ""
+    default = f"{_f(entry['default_value'])} ({_f(entry['ratio_default_adamw'], 2)}×{default_div})"
+    tuned = f"{_f(entry['value'])} ({_f(entry['ratio_tuned_adamw'], 2)}×, "
+    tuned += f"m={entry['multiplier']:.2g}{div})"
+    return f"{default} / {tuned} {_MARK[entry['default_works']]}"
+
+
+def markdown(ships: dict[str, Any], cells: dict[str, dict[str, Any]]) -> list[str]:
+    """The report's section on the shipped optimizers (`ships`, from `summarise`), one column
+    per optimizer beside tuned AdamW's value on each of the report's cells, then each one's
+    totals."""
+    adamw = _adamw_by_cell(cells)
+    if not ships:
+        return ["No shipped optimizer found (elo/pretrained/, evaluation/shipped/).", ""]
+    header = ["cell", "AdamW", *(f"`{n}`" for n in ships)]
+    rows = [
+        [
+            k,
+            "–" if reference is None else _f(reference),
+            *(PENDING if s["status"] == PENDING else _text(s["cells"][k]) for s in ships.values()),
+        ]
+        for k, reference in adamw.items()
+    ]
+    totals = [
+        f"- `{n}`: {s['status']}; lr=1 within {DEFAULT_TOLERANCE}× tuned AdamW on "
+        f"{s['default_step']['works']} of {s['default_step']['judged']} judged cells "
+        f"(of {s['default_step']['of']})"
+        + (f"; {s['stale']} stale results (made with other weights) left out" if s["stale"] else "")
+        for n, s in ships.items()
+    ]
+    return common.md_table(header, rows) + totals + [""]
