@@ -22,10 +22,15 @@ DEFAULT_TOLERANCE = settings.DEFAULT_TOLERANCE
 CONSTANT, DECAYED = "constant", "decayed"
 
 
+def run_label(run: tuple[str, int]) -> str:
+    """A main run (arm, seed) as `<arm>/s<seed>`: its name in the report and the shipped record."""
+    return f"{run[0]}/s{run[1]}"
+
+
 def run_labels() -> list[str]:
     """The Celo2 main runs as `<arm>/s<seed>`, in the order that breaks the shipping rule's
     ties (ship.py's `study_runs`)."""
-    return [f"{arm}/s{seed}" for arm in settings.CELO2_ARMS for seed in settings.MAIN_SEEDS]
+    return [run_label((arm, seed)) for arm in settings.CELO2_ARMS for seed in settings.MAIN_SEEDS]
 
 
 def collect(evaluation: Path, keys: list[str]) -> tuple[dict[str, dict[str, Any]], int]:

@@ -24,14 +24,12 @@ writes into the package unless `--out-dir` says so.
 """
 
 import argparse
-import shlex
-import shutil
 from pathlib import Path
 from typing import Any
 
-import elo
 from studies import common
-from studies.celo2_headline import report, settings, study
+from studies.celo2_headline import report, settings, ship_schedule, ship_training, study
+from studies.celo2_headline.decayed_report import run_label
 
 
 HERE = Path(__file__).parent
@@ -67,11 +65,6 @@ def finished_runs(results: Path) -> dict[tuple[str, int], dict[str, Any]]:
     `study_runs()`."""
     paths = {run: run_results(results, *run) / "meta.json" for run in study_runs()}
     return {run: common.load_json(path) for run, path in paths.items() if path.is_file()}
-
-
-def run_label(run: tuple[str, int]) -> str:
-    """A run's name in the provenance record: `<arm>/s<seed>`."""
-    return f"{run[0]}/s{run[1]}"
 
 
 def load_optional(path: Path) -> dict[str, Any] | None:
@@ -136,26 +129,6 @@ def _cells_parts(run: tuple[str, int], lacking: dict[str, list[str]]) -> list[st
     return parts
 
 
-def schedule_choice(summary: dict[str, Any] | None, run: tuple[str, int]) -> dict[str, Any]:
-    """Item 4 of the rule for `run`'s checkpoint, from the report's `decayed` section: the
-    schedule it ships with (`constant`, `decayed` or `pending`) and the validation counts that
-    chose it. Pending also when the report was made with another schedule than
-    `settings.DECAYED_SCHEDULE` (rerun the report)."""
-    section = (summary or {}).get("decayed") or {}
-    entry = section.get("runs", {}).get(run_label(run))
-    of = len(report.keys())
-    if entry is None:
-        return {"choice": "pending", "judged": 0, "of": of}
-    if section.get("schedule") != settings.DECAYED_SCHEDULE:
-        return {"choice": "pending", "judged": 0, "of": of, "note": "report of another schedule"}
-    return {
-        "choice": entry["schedule"],
-        "judged": entry["judged"],
-        "of": entry["of"],
-        "validation_within": entry["validation_within"],
-    }
-
-
 def missing_inputs(results, missing, summary, run, lacking) -> list[str]:
     """What the rule needs and `results` lacks, each with the command that makes it: Celo2
     main runs (`missing`), a complete report (`summary`, None when absent), the shipped `run`'s
@@ -166,7 +139,7 @@ def missing_inputs(results, missing, summary, run, lacking) -> list[str]:
         parts.append(_report_part(results, summary))
     if summary is not None and run is not None:
         parts += _cells_parts(run, lacking)
-        choice = schedule_choice(summary, run)
+        choice = ship_schedule.schedule_choice(summary, run)
         if choice["choice"] == "pending":
             parts.append(
                 f"item 4's choice of schedule for main/{run_label(run)}, judged on "
@@ -185,126 +158,6 @@ def choose_run(metas: dict[tuple[str, int], dict[str, Any]]) -> tuple[str, int]:
     """The run whose selected checkpoint has the lowest `best_validation_score`; ties go to the
     first in `metas`' order (that of `study_runs()`)."""
     return study.choose({run: meta["best_validation_score"] for run, meta in metas.items()})
-
-
-def _current_settings(arm: str) -> dict[str, Any]:
-    """The command's settings as settings.py has them now."""
-    return {
-        "preset": settings.ARMS[arm].preset,
-        "checkpoint_every": settings.CHECKPOINT_EVERY,
-        "check_every": settings.CHECK_EVERY,
-        "validate_steps": settings.VALIDATE_STEPS,
-        "selection_tasks": list(settings.SELECTION_TASKS),
-    }
-
-
-def recorded_settings(study_settings: dict[str, Any] | None, meta: dict[str, Any]):
-    """The settings of a main run's command beyond its `meta.json` config and overrides, and
-    where each was read: the run's `meta.json` if it records it, else RESULTS/settings.json
-    (`study_settings`: written with the study's first run; `study.check_settings` makes every
-    later run match it), else the current settings.py."""
-    recorded = dict((study_settings or {}).get("settings", {}))
-    arm = recorded.get("arms", {}).get(meta["arm"], {})
-    if "preset" in arm:
-        recorded["preset"] = arm["preset"]
-    layers = (("meta.json", meta), ("settings.json", recorded))
-    values, sources = {}, {}
-    for key, current in _current_settings(meta["arm"]).items():
-        found = [(name, layer[key]) for name, layer in layers if key in layer]
-        sources[key], values[key] = found[0] if found else ("settings.py", current)
-    return values, sources
-
-
-def command(meta: dict[str, Any], values: dict[str, Any]) -> str:
-    """The `elo meta-train` command of a main run (in the study's default runs directory):
-    `study.py`'s, with the outer steps, seed and overrides the run recorded (`meta.json`) and
-    the other settings from `recorded_settings`."""
-    root = HERE.resolve().parents[1]
-    out = (HERE.resolve() / "runs").relative_to(root) / meta["name"]
-    steps = meta["config"].get("num_outer_steps", meta["overrides"].get("num_outer_steps"))
-    fields = meta["overrides"] | {"num_outer_steps": steps}
-    argv = study.meta_train_argv(meta["arm"], meta["seed"], out, fields, pilot=False)[3:]
-    flags = {
-        "--preset": values["preset"],
-        "--checkpoint-every": values["checkpoint_every"],
-        "--validate-every": values["check_every"],
-        "--validate-steps": values["validate_steps"],
-        "--validate-task": ",".join(values["selection_tasks"]),
-    }
-    for flag, value in flags.items():
-        argv[argv.index(flag) + 1] = str(value)
-    # `python -m elo.cli` is the `elo` entry point, run with the study's interpreter.
-    return shlex.join(["elo", *argv])
-
-
-def command_note(sources: dict[str, str]) -> str | None:
-    """What the command took from the current settings.py, not from a record; None if nothing."""
-    guessed = [key for key, source in sources.items() if source == "settings.py"]
-    if not guessed:
-        return None
-    return (
-        f"{', '.join(guessed)}: recorded neither in the run's meta.json nor in "
-        "RESULTS/settings.json; taken from the current settings.py"
-    )
-
-
-def _environment(segment: dict[str, Any]) -> dict[str, Any]:
-    """A segment's machine and software, its commit the code's (`segment_commit`)."""
-    return segment["environment"] | {"commit": report.segment_commit(segment)}
-
-
-def training_segments(segments: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:
-    """The segments that made the checkpoint of outer step `step`: those that started before it
-    (the first segment alone for step 0, the initial optimizer)."""
-    return [s for s in segments if s["from_step"] < max(step, 1)]
-
-
-def segment_gaps(segments: list[dict[str, Any]], outer_steps: int) -> list[str]:
-    """The outer steps `segments` leaves unaccounted for, in words: [] when they begin at step
-    0, each begins at or before the previous one's end, and the last ends at `outer_steps`."""
-    gaps, reached = [], 0
-    for segment in segments:
-        if segment["from_step"] > reached:
-            gaps.append(f"steps {reached}–{segment['from_step']}")
-        reached = segment["to_step"]
-    if reached < outer_steps:
-        gaps.append(f"steps {reached}–{outer_steps}")
-    elif reached > outer_steps:
-        gaps.append(f"the last segment ends at step {reached}, the run has {outer_steps}")
-    return gaps
-
-
-def covered_steps(segments: list[dict[str, Any]]) -> str:
-    """The outer steps the segments span, as `a–b` ranges (overlaps merged)."""
-    spans: list[list[int]] = []
-    for segment in sorted(segments, key=lambda s: s["from_step"]):
-        if spans and segment["from_step"] <= spans[-1][1]:
-            spans[-1][1] = max(spans[-1][1], segment["to_step"])
-        else:
-            spans.append([segment["from_step"], segment["to_step"]])
-    return " and ".join(f"{a}–{b}" for a, b in spans) or "none"
-
-
-def budget(meta: dict[str, Any]) -> dict[str, Any]:
-    """The run's meta-training budget, in outer and inner steps.
-
-    Each outer step runs, for each of `config["tasks"]`, `config["num_particles"]` perturbation
-    directions, each as a + and a − inner problem, for `config["truncation_length"]` inner steps:
-    `inner_steps = outer_steps × len(tasks) × num_particles × 2 × truncation_length` (the
-    README's 3 × 16 × 50 × 10⁴ = 2.4 × 10⁷ for a full run). `outer_steps` is the run's recorded
-    count (`meta.json`); the selected checkpoint had seen `checkpoint_step` of them. The
-    selection checks' inner steps (validation only, never meta-trained on) are not counted.
-    """
-    config = meta["config"]
-    per_outer = len(config["tasks"]) * config["num_particles"] * 2 * config["truncation_length"]
-    return {
-        "outer_steps": meta["outer_steps"],
-        "inner_steps": meta["outer_steps"] * per_outer,
-        "inner_steps_per_outer_step": per_outer,
-        "checkpoint_outer_steps": meta["best_validation_step"],
-        "checkpoint_inner_steps": meta["best_validation_step"] * per_outer,
-        "seconds_meta_steps": meta["seconds_meta_steps"],
-    }
 
 
 def _ratio(value: float | None, reference: float | None) -> float | None:
@@ -368,16 +221,11 @@ def evaluation_table(root: Path, summary: dict[str, Any], arm: str, seed: int):
     return {key: cell_row(root, cells.get(key), arm, seed, key) for key in report.keys()}
 
 
-def _at_or_below(row: dict[str, Any]) -> bool:
-    # A non-finite value (None here) is never at or below anything, as in report.py.
-    return None not in (row["test_loss"], row["adamw"]) and row["test_loss"] <= row["adamw"]
-
-
 def adamw_sentence(table: dict[str, dict[str, Any]], evaluated: list[str]) -> str:
     """Whether the shipped optimizer beats tuned AdamW, in words: at or below it on NEEDED of
     all the protocol's cells (8 of 14, H1's bar), counted over the `evaluated` cells (those with
     both results); "pending" while the cells not yet evaluated could still decide it."""
-    wins = sum(_at_or_below(table[key]) for key in evaluated)
+    wins = sum(ship_schedule.at_or_below(table[key]) for key in evaluated)
     total, done = len(table), len(evaluated)
     if wins < NEEDED <= wins + total - done:
         return (
@@ -419,14 +267,6 @@ def summary_text(meta, spent: dict[str, Any], verdict: str, finished: int, cavea
     return " ".join([text, *caveats])
 
 
-def _segments_record(segments: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {k: s.get(k) for k in ("from_step", "to_step", "seconds", "exit_code")}
-        | {"commit": report.segment_commit(s), "environment": s["environment"]}
-        for s in segments
-    ]
-
-
 def _selection(metas, run: tuple[str, int], missing: list[str]) -> dict[str, Any]:
     meta = metas[run]
     return {
@@ -448,19 +288,20 @@ def provenance(root: Path, metas, run: tuple[str, int], summary, missing: list[s
     (`missing_inputs`: non-empty only for a partial ship)."""
     meta = metas[run]
     segments = common.load_json(run_results(root, *run) / "segments.json")
-    trained = training_segments(segments, meta["best_validation_step"])
-    gaps = segment_gaps(segments, meta["outer_steps"])
+    trained = ship_training.training_segments(segments, meta["best_validation_step"])
+    gaps = ship_training.segment_gaps(segments, meta["outer_steps"])
     table = evaluation_table(root, summary or {}, *run)
     lacking = lacking_cells(summary or {}, *run)
     evaluated = [k for k in table if k not in lacking["seed"] + lacking["adamw"]]
-    spent = budget(meta)
+    spent = ship_training.budget(meta)
     caveats = [partial_text(len(metas), summary, len(evaluated))] if missing else []
     if gaps:
-        caveats.append(f"The training commits are known only for steps {covered_steps(segments)}.")
+        known = ship_training.covered_steps(segments)
+        caveats.append(f"The training commits are known only for steps {known}.")
     study_settings = load_optional(root / "settings.json")
-    values, sources = recorded_settings(study_settings, meta)
-    schedule = shipped_schedule(summary, run)
-    verdict = f"{adamw_sentence(table, evaluated)} {schedule_sentence(schedule)}"
+    values, sources = ship_training.recorded_settings(study_settings, meta)
+    schedule = ship_schedule.shipped_schedule(summary, run)
+    verdict = f"{adamw_sentence(table, evaluated)} {ship_schedule.schedule_sentence(schedule)}"
     commits = {
         "trained": list(dict.fromkeys(report.segment_commit(s) for s in trained)),
         "run": list(dict.fromkeys(report.segment_commit(s) for s in segments)),
@@ -470,17 +311,17 @@ def provenance(root: Path, metas, run: tuple[str, int], summary, missing: list[s
         "summary": summary_text(meta, spent, verdict, len(metas), caveats),
         "arm": run[0],
         "seed": run[1],
-        "command": command(meta, values),
+        "command": ship_training.command(meta, values),
         "command_sources": sources,
-        "command_note": command_note(sources),
+        "command_note": ship_training.command_note(sources),
         "study_commit": (study_settings or {}).get("environment", {}).get("commit"),
         "run_commit": ", ".join(commits["trained"]) or "unknown",
         "shipped_at_commit": commits["shipped"],
         "commits": commits,
-        "environment": _environment(trained[-1]) if trained else None,
+        "environment": ship_training.environment(trained[-1]) if trained else None,
         "segments_complete": not gaps,
         "segments_missing": gaps,
-        "segments": _segments_record(segments),
+        "segments": ship_training.segments_record(segments),
         "config": meta["config"],
         "budget": spent,
         "selection": _selection(metas, run, missing),
@@ -488,87 +329,6 @@ def provenance(root: Path, metas, run: tuple[str, int], summary, missing: list[s
         "evaluation": table,
         "evaluation_status": report_status(summary),
     }
-
-
-def shipped_schedule(summary: dict[str, Any] | None, run: tuple[str, int]) -> dict[str, Any]:
-    """The test-time schedule the shipped optimizer carries (decision_rule.md, item 4): the
-    decayed one (`settings.DECAYED_SCHEDULE`) where the rule chose it, else the constant one it
-    was meta-trained with (also while the choice is pending, in a partial ship: `chosen_by`
-    says so). Beside it, reported and never used to choose: the cells where each schedule's
-    `learning_rate=1` is within the tolerance of tuned AdamW's **test** loss, and the decayed
-    schedule's row per cell (`evaluation` holds the constant schedule's)."""
-    choice = schedule_choice(summary, run)
-    decayed = choice["choice"] == "decayed"
-    entry = ((summary or {}).get("decayed") or {}).get("runs", {}).get(run_label(run)) or {}
-    return {
-        "name": "decayed" if decayed else "constant",
-        "hyperparameters": dict(settings.DECAYED_SCHEDULE) if decayed else {},
-        "chosen_by": choice,
-        "reported_test_within": entry.get("test_within"),
-        "decayed_evaluation": entry.get("cells"),
-    }
-
-
-def schedule_sentence(schedule: dict[str, Any]) -> str:
-    """What the summary says of the shipped schedule and of which schedule its figures are."""
-    choice = schedule["chosen_by"]
-    if schedule["name"] == "decayed":
-        counts = choice["validation_within"]
-        return (
-            "It ships with a warm-up + cosine decay of its own step "
-            f"({', '.join(f'{k}={v:g}' for k, v in schedule['hyperparameters'].items())}), "
-            "chosen by the rule's item 4 on validation data (learning_rate=1 within "
-            f"{settings.DEFAULT_TOLERANCE}× tuned AdamW's validation loss on {counts['decayed']} "
-            f"cells against {counts['constant']} for the constant step; {choice['judged']} of "
-            f"{choice['of']} cells judged); the evaluation figures "
-            "above are of the constant step it was meta-trained with, the decayed one's are in "
-            f"`schedule.decayed_evaluation`.{decayed_test_sentence(schedule)}"
-        )
-    if choice["choice"] == "pending":
-        return (
-            "It ships with the constant step it was meta-trained with; item 4's choice of "
-            f"schedule is pending (judged on {choice['judged']} of {choice['of']} cells)."
-        )
-    counts = choice["validation_within"]
-    return (
-        "It ships with the constant step it was meta-trained with, which item 4's rule kept on "
-        f"validation data (learning_rate=1 within {settings.DEFAULT_TOLERANCE}× tuned AdamW's "
-        f"validation loss on {counts['constant']} cells against {counts['decayed']} for the "
-        f"decayed step; {choice['judged']} of {choice['of']} cells judged)."
-    )
-
-
-def decayed_test_sentence(schedule: dict[str, Any]) -> str:
-    """What the shipped (decayed) schedule's own results say on test data, reported and never
-    choosing: tuned, the cells at or below tuned AdamW; at `learning_rate=1`, those within the
-    tolerance of it. Empty when there are no such results."""
-    cells = (schedule.get("decayed_evaluation") or {}).values()
-    rows = [
-        c for c in cells if c.get("adamw") is not None and "tuned_test" in (c.get("decayed") or {})
-    ]
-    within = (schedule.get("reported_test_within") or {}).get("decayed")
-    if not rows or within is None:
-        return ""
-    wins = sum(
-        _at_or_below({"test_loss": c["decayed"]["tuned_test"], "adamw": c["adamw"]}) for c in rows
-    )
-    return (
-        f" With the decayed step, on test data (reported, choosing nothing): tuned, at or below "
-        f"tuned AdamW on {wins} of {len(rows)} evaluated cells; at learning_rate=1, within "
-        f"{settings.DEFAULT_TOLERANCE}× of it on {within['within']} of {within['of']}."
-    )
-
-
-def write_optimizer(source: Path, target: Path, schedule: dict[str, Any]) -> None:
-    """The selected checkpoint `source` written to `target`: copied as it is, or with the
-    shipped schedule's hyperparameters when it has any."""
-    if not schedule["hyperparameters"]:
-        shutil.copyfile(source, target)
-        return
-    lo = elo.load_optimizer(source)
-    if not isinstance(lo, elo.Celo2):
-        raise SystemExit(f"{source} holds a {type(lo).__name__}, not the Celo2 the rule ships.")
-    elo.save_optimizer(target, lo.with_hyperparameters(**schedule["hyperparameters"]))
 
 
 def shown_path(path: Path) -> Path:
@@ -618,7 +378,7 @@ def ship(results: Path, name: str, out: Path, allow_partial: bool = False) -> di
     record = provenance(results, metas, run, summary, missing)
     out.mkdir(parents=True, exist_ok=True)
     source = run_results(results, *run) / "best_optimizer.eqx"
-    write_optimizer(source, out / f"{name}.eqx", record["schedule"])
+    ship_schedule.write_optimizer(source, out / f"{name}.eqx", record["schedule"])
     common.write_json(out / f"{name}.json", report.json_ready(record))
     return record
 

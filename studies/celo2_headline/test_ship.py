@@ -16,7 +16,7 @@ import pytest
 
 import elo
 from studies import common
-from studies.celo2_headline import report, settings, ship, study
+from studies.celo2_headline import report, settings, ship, ship_schedule, study
 
 
 KEYS = report.keys()
@@ -529,5 +529,5 @@ def test_a_non_finite_decayed_tuned_loss_is_evaluated_and_never_at_or_below():
         "decayed_evaluation": cells,
         "reported_test_within": {"decayed": {"within": 1, "of": 2}},
     }
-    sentence = ship.decayed_test_sentence(schedule)
+    sentence = ship_schedule.decayed_test_sentence(schedule)
     assert "at or below tuned AdamW on 1 of 2 evaluated cells" in sentence
