@@ -13,6 +13,7 @@ cells for every optimizer before it starts another task's.
 `--checkpoints selected|final` (for `runs`) evaluates only the selected (or final) checkpoints.
 `--run ARM/sSEED` (repeatable; for `runs` and `decayed`) restricts them to those main runs, e.g.
 `--run pes_celo2/s1`: the checkpoint the rule ships, whose cells `ship.py` needs before the rest.
+`--optimizer NAME` (repeatable; for `shipped`) restricts it to those shipped optimizers.
 `--stack` (for `runs` and `horizon`) tunes the pending checkpoints of one architecture on a
 cell together, `--stack-max` at a time, in one compiled program (`elo.tune_many`): for an
 accelerator, where one tuning leaves the chip mostly idle. Each result records `stacked_with`
@@ -415,8 +416,23 @@ def installed_weights_digest(name: str) -> str:
     return digest
 
 
-def run_shipped(out: Path, only: Sequence[str] | None = None) -> None:
-    for name in sorted(elo.available_pretrained()):
+def shipped_names(names: Sequence[str] | None) -> list[str]:
+    """The shipped optimizers to tune: `names` (every one of `elo.available_pretrained()` when
+    None), sorted; an unknown name stops the command with the names it could be."""
+    available = sorted(elo.available_pretrained())
+    unknown = sorted(set(names or ()) - set(available))
+    if unknown:
+        raise SystemExit(
+            f"--optimizer {', '.join(map(repr, unknown))}: elo ships no such optimizer; "
+            f"choose from {', '.join(available)}."
+        )
+    return available if names is None else sorted(set(names))
+
+
+def run_shipped(
+    out: Path, only: Sequence[str] | None = None, names: Sequence[str] | None = None
+) -> None:
+    for name in shipped_names(names):
         digest = installed_weights_digest(name)
         lo = elo.pretrained(name)
         for task, horizon in cells(only):
@@ -460,8 +476,16 @@ def main() -> None:
         metavar="ARM/sSEED",
         help="runs/decayed: only this main run (repeatable, e.g. pes_celo2/s1; default: every one)",
     )
+    parser.add_argument(
+        "--optimizer",
+        action="append",
+        metavar="NAME",
+        help="shipped: only this shipped optimizer (repeatable; default: every one)",
+    )
     args = parser.parse_args()
     only = args.task
+    if args.optimizer is not None and args.command != "shipped":
+        parser.error("--optimizer applies to `shipped` only")
     if args.run is not None and args.command not in ("runs", "decayed"):
         parser.error("--run applies to `runs` and `decayed` only")
     if args.stack and args.command not in ("runs", "horizon"):
@@ -471,6 +495,8 @@ def main() -> None:
     stack = args.stack_max if args.stack else 0
     if only is not None:
         cells(only)  # an unknown name stops here, before anything is written
+    if args.optimizer is not None:
+        shipped_names(args.optimizer)  # likewise
     results = Path(args.results_dir)
     out = results / "evaluation"
     path = out / "settings.json"
@@ -487,7 +513,7 @@ def main() -> None:
             which = {"selected": ("best",), "final": ("final",), "both": ("best", "final")}
             run_learned(out, results, only, stack, which[args.checkpoints], args.run)
         elif args.command == "shipped":
-            run_shipped(out, only)
+            run_shipped(out, only, args.optimizer)
         elif args.command == "decayed":
             run_decayed(out, results, only, args.run)
         else:

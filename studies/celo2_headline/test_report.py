@@ -570,7 +570,35 @@ def test_evaluate_shipped_writes_where_the_report_reads(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluate, "run_shipped", lambda *args: ran.append(args))
     monkeypatch.setattr(sys, "argv", ["evaluate", "shipped", "--results-dir", str(tmp_path)])
     evaluate.main()
-    assert ran == [(tmp_path / "evaluation", None)]
+    assert ran == [(tmp_path / "evaluation", None, None)]
+
+
+def test_evaluate_shipped_optimizer_restricts_it_to_the_named_ones(tmp_path, monkeypatch):
+    from studies.celo2_headline import evaluate
+
+    tuned = []
+    monkeypatch.setattr(evaluate.elo, "available_pretrained", lambda: {"b": {}, "a": {}})
+    monkeypatch.setattr(evaluate.elo, "pretrained", lambda name: f"lo:{name}")
+    monkeypatch.setattr(evaluate, "installed_weights_digest", lambda name: name * 64)
+    monkeypatch.setattr(evaluate, "tune_cached", lambda path, lo, *_, required: tuned.append(lo))
+    argv = [
+        "evaluate",
+        "shipped",
+        "--results-dir",
+        str(tmp_path),
+        "--task",
+        "gru-h32_mnist-rows-8x8",
+    ]
+    monkeypatch.setattr(sys, "argv", [*argv, "--optimizer", "b"])
+    evaluate.main()
+    assert tuned == ["lo:b"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--optimizer", "c"])
+    with pytest.raises(SystemExit, match="--optimizer 'c': elo ships no such optimizer; choose"):
+        evaluate.main()
+    assert tuned == ["lo:b"]  # refused before anything was tuned
+    monkeypatch.setattr(sys, "argv", [*argv[:1], "baselines", *argv[2:], "--optimizer", "a"])
+    with pytest.raises(SystemExit):
+        evaluate.main()
 
 
 def test_provenance_names_the_source_commit_of_a_copied_segment(tmp_path):
