@@ -68,6 +68,25 @@ def commit_counts(results) -> dict[str, int]:
     return dict(sorted(commits.items()))
 
 
+def nan_if_none(x: float | None) -> float:
+    """`x` as a float, nan for None (a JSON result's non-finite value)."""
+    return math.nan if x is None else float(x)
+
+
+def at_or_below(value: float | None, reference: float | None) -> bool:
+    """Whether `value` is at most `reference`; never when either is None or not finite (a
+    diverged value is never at or below anything)."""
+    if value is None or reference is None:
+        return False
+    finite = math.isfinite(value) and math.isfinite(reference)
+    return finite and value <= reference
+
+
+def fmt_mark(ok: bool | None) -> str:
+    """✓ for True, ✗ for False, ? for None (not yet judged)."""
+    return {True: "✓", False: "✗", None: "?"}[ok]
+
+
 def finite_or_none(x: float) -> float | None:
     """`x` as a float, or `None` when it is not finite (JSON has no NaN)."""
     return float(x) if math.isfinite(float(x)) else None

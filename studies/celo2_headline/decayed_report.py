@@ -65,10 +65,6 @@ def chosen_validation(data: dict[str, Any]) -> float:
     return _validation(data, data["selected"])
 
 
-def _test(x: float | None) -> float:
-    return math.nan if x is None else float(x)
-
-
 def within(value: float, reference: float) -> bool:
     """Whether `value` is at most DEFAULT_TOLERANCE × `reference`; never when either is not
     finite (a diverged value, or an AdamW whose every setting diverged)."""
@@ -83,14 +79,15 @@ def cell_entry(
     schedules, beside tuned AdamW's; and, on validation, whether each schedule's
     `learning_rate=1` is within DEFAULT_TOLERANCE × tuned AdamW (None while a result is
     missing)."""
-    entry: dict[str, Any] = {"adamw": None if adamw is None else _test(adamw["test_loss"])}
+    reference = None if adamw is None else common.nan_if_none(adamw["test_loss"])
+    entry: dict[str, Any] = {"adamw": reference}
     for name, data in ((CONSTANT, constant), (DECAYED, decayed)):
         entry[name] = None
         if data is not None:
             entry[name] = {
-                "default_test": _test(data["default_test_loss"]),
+                "default_test": common.nan_if_none(data["default_test_loss"]),
                 "default_diverged": bool(data["default_diverged"]),
-                "tuned_test": _test(data["test_loss"]),
+                "tuned_test": common.nan_if_none(data["test_loss"]),
                 "multiplier": data["value"],
                 "diverged": bool(data["diverged"]),
                 "default_validation": default_validation(data),

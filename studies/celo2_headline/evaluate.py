@@ -3,7 +3,7 @@
     python -m studies.celo2_headline.evaluate baselines   # tuned AdamW, Muon and SGD
     python -m studies.celo2_headline.evaluate runs        # each finished main run, both checkpoints
     python -m studies.celo2_headline.evaluate horizon     # item 1: the small_fc study at 30K steps
-    python -m studies.celo2_headline.evaluate shipped     # item 4: every optimizer elo ships
+    python -m studies.celo2_headline.evaluate shipped     # item 4: the optimizers elo ships
     python -m studies.celo2_headline.evaluate decayed     # item 4: Celo2 with a decayed step
 
 `--task NAME` (repeatable) restricts any command to the cells of those tasks: the evaluation
@@ -416,7 +416,7 @@ def installed_weights_digest(name: str) -> str:
     return digest
 
 
-def shipped_names(names: Sequence[str] | None) -> list[str]:
+def shipped_to_tune(names: Sequence[str] | None) -> list[str]:
     """The shipped optimizers to tune: `names` (every one of `elo.available_pretrained()` when
     None), sorted; an unknown name stops the command with the names it could be."""
     available = sorted(elo.available_pretrained())
@@ -432,7 +432,7 @@ def shipped_names(names: Sequence[str] | None) -> list[str]:
 def run_shipped(
     out: Path, only: Sequence[str] | None = None, names: Sequence[str] | None = None
 ) -> None:
-    for name in shipped_names(names):
+    for name in shipped_to_tune(names):
         digest = installed_weights_digest(name)
         lo = elo.pretrained(name)
         for task, horizon in cells(only):
@@ -496,7 +496,7 @@ def main() -> None:
     if only is not None:
         cells(only)  # an unknown name stops here, before anything is written
     if args.optimizer is not None:
-        shipped_names(args.optimizer)  # likewise
+        shipped_to_tune(args.optimizer)  # likewise
     results = Path(args.results_dir)
     out = results / "evaluation"
     path = out / "settings.json"

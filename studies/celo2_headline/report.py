@@ -1,4 +1,4 @@
-"""The headline study's report: per-cell tables and the verdicts of `decision_rule.md`.
+"""The headline study's report: the per-cell summary and the verdicts of `decision_rule.md`.
 
     python -m studies.celo2_headline.report [--results-dir DIR]
 
@@ -61,7 +61,7 @@ H3_PAIRS = (
     ("pes_celo2_vs_small_fc", "pes_celo2", "pes_small_fc"),
     ("elo_celo2_vs_small_fc", "elo_celo2", "elo_small_fc"),
 )
-PENDING, MET, NOT_MET = "pending", "met", "not met"
+PENDING, MET, NOT_MET = settings.PENDING, "met", "not met"
 
 
 def cell_key(cell: tuple[str, int]) -> str:
@@ -98,16 +98,13 @@ def collect(evaluation: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def _number(x: float | None) -> float:
-    return math.nan if x is None else float(x)
-
-
 def baseline(results: dict[str, dict[str, Any]], name: str, key: str) -> dict[str, Any] | None:
     """A tuned baseline on one cell: value, chosen learning rate, divergence; None if missing."""
     data = results.get(f"baselines/{name}/{key}.json")
     if data is None:
         return None
-    return {"value": _number(data["test_loss"]), "lr": data["value"], "diverged": data["diverged"]}
+    value = common.nan_if_none(data["test_loss"])
+    return {"value": value, "lr": data["value"], "diverged": data["diverged"]}
 
 
 def seed_results(results, arm: str, checkpoint: str, key: str) -> dict[int, dict[str, Any]]:
@@ -136,8 +133,8 @@ def arm_cell(results, arm: str, checkpoint: str, key: str, references) -> dict[s
     seeds), divergences, the default step's loss, and per-seed ratios to each reference
     (`{"adamw": value, "muon": value}`, None where missing) with a 95% t-interval."""
     runs = seed_results(results, arm, checkpoint, key)
-    values = {s: _number(r["test_loss"]) for s, r in runs.items()}
-    defaults = {s: _number(r["default_test_loss"]) for s, r in runs.items()}
+    values = {s: common.nan_if_none(r["test_loss"]) for s, r in runs.items()}
+    defaults = {s: common.nan_if_none(r["default_test_loss"]) for s, r in runs.items()}
     out: dict[str, Any] = {
         "n": len(runs),
         "complete": len(runs) == len(settings.MAIN_SEEDS),

@@ -16,8 +16,7 @@ from studies.celo2_headline import decayed_report, settings, shipped_report
 
 ARMS = tuple(settings.ARMS)
 DEFAULT_TOLERANCE = settings.DEFAULT_TOLERANCE
-PENDING = shipped_report.PENDING
-_MARK = {True: "✓", False: "✗", None: "?"}
+PENDING = settings.PENDING
 
 
 _f = common.fmt_value
@@ -110,7 +109,7 @@ def _default_table(summary) -> list[str]:
         cells = []
         for a in ARMS:
             e = row["arms"][a]["best"]
-            works = _MARK[row["default_works"][a]]
+            works = common.fmt_mark(row["default_works"][a])
             div = f" ({e['default_diverged']} div)" if e["default_diverged"] else ""
             text = f"{_f(e['default_value'])}{div} / {_f(e['value'])} {works}"
             cells.append(text if e["n"] else "–")

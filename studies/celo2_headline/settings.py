@@ -109,6 +109,8 @@ LO_MULTIPLIER = (0.1, 10.0)
 DECAYED_SCHEDULE = {"init_lr": 0.0, "end_lr": 0.0, "warmup_fraction": 0.05}
 # Item 4's bar for a default step: at most this many times tuned AdamW's loss.
 DEFAULT_TOLERANCE = 1.25
+# What a verdict, a choice or a status reads while results it needs are missing.
+PENDING = "pending"
 
 
 def cells() -> list[tuple[str, int]]:

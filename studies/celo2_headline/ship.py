@@ -225,7 +225,7 @@ def adamw_sentence(table: dict[str, dict[str, Any]], evaluated: list[str]) -> st
     """Whether the shipped optimizer beats tuned AdamW, in words: at or below it on NEEDED of
     all the protocol's cells (8 of 14, H1's bar), counted over the `evaluated` cells (those with
     both results); "pending" while the cells not yet evaluated could still decide it."""
-    wins = sum(ship_schedule.at_or_below(table[key]) for key in evaluated)
+    wins = sum(common.at_or_below(table[k]["test_loss"], table[k]["adamw"]) for k in evaluated)
     total, done = len(table), len(evaluated)
     if wins < NEEDED <= wins + total - done:
         return (

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import elo
+from studies import common
 from studies.celo2_headline import report, settings
 from studies.celo2_headline.decayed_report import run_label
 
@@ -35,12 +36,6 @@ def schedule_choice(summary: dict[str, Any] | None, run: tuple[str, int]) -> dic
         "of": entry["of"],
         "validation_within": entry["validation_within"],
     }
-
-
-def at_or_below(row: dict[str, Any]) -> bool:
-    """Whether a row's `test_loss` is at or below its tuned `adamw` (a non-finite value, None
-    here, is never at or below anything, as in report.py)."""
-    return None not in (row["test_loss"], row["adamw"]) and row["test_loss"] <= row["adamw"]
 
 
 def shipped_schedule(summary: dict[str, Any] | None, run: tuple[str, int]) -> dict[str, Any]:
@@ -102,9 +97,7 @@ def decayed_test_sentence(schedule: dict[str, Any]) -> str:
     within = (schedule.get("reported_test_within") or {}).get("decayed")
     if not rows or within is None:
         return ""
-    wins = sum(
-        at_or_below({"test_loss": c["decayed"]["tuned_test"], "adamw": c["adamw"]}) for c in rows
-    )
+    wins = sum(common.at_or_below(c["decayed"]["tuned_test"], c["adamw"]) for c in rows)
     return (
         f" With the decayed step, on test data (reported, choosing nothing): tuned, at or below "
         f"tuned AdamW on {wins} of {len(rows)} evaluated cells; at learning_rate=1, within "

@@ -1,11 +1,12 @@
 """The shipped optimizers in the report: each one's default and tuned step beside tuned AdamW.
 
-`evaluate.py shipped` tunes every optimizer the package ships (`elo.available_pretrained()`) on
-every held-out cell, by the study's protocol, into `shipped/<name>/<task>@<horizon>.json`. This
-module sets each one's test loss at `learning_rate=1` and tuned (with its multiplier) beside
-tuned AdamW's, as ratios, and counts the cells where the default is within DEFAULT_TOLERANCE ×
-tuned AdamW (item 4 of the issue). Reported beside the study: it is read from its own folder,
-so it enters neither a verdict nor the report's status count.
+`evaluate.py shipped` tunes every optimizer the package ships (`elo.available_pretrained()`, or
+those `--optimizer` names) on every held-out cell, by the study's protocol, into
+`shipped/<name>/<task>@<horizon>.json`. This module sets each one's test loss at
+`learning_rate=1` and tuned (with its multiplier) beside tuned AdamW's, as ratios, and counts
+the cells where the default is within DEFAULT_TOLERANCE × tuned AdamW (item 4 of the issue).
+Reported beside the study: it is read from its own folder, so it enters neither a verdict nor
+the report's status count.
 
 A result counts only for the weights it was made with: each records the SHA-256 of the `.eqx`
 it tuned, and one made with other weights than the package's (re-shipped since) is stale,
@@ -26,13 +27,8 @@ HERE = Path(__file__).parent
 # report does not import `elo`: a name shipped but not yet evaluated is listed as pending.
 PRETRAINED = HERE.parents[1] / "elo" / "pretrained"
 DEFAULT_TOLERANCE = settings.DEFAULT_TOLERANCE
-PENDING = "pending"
-_MARK = {True: "✓", False: "✗", None: "?"}
+PENDING = settings.PENDING
 _f = common.fmt_value
-
-
-def _number(x: float | None) -> float:
-    return math.nan if x is None else float(x)
 
 
 def _ratio(value: float, reference: float | None) -> float:
@@ -48,7 +44,8 @@ def shipped_cell(data: dict[str, Any] | None, adamw: float | None) -> dict[str, 
         default = value = math.nan
         works = None
     else:
-        default, value = _number(data["default_test_loss"]), _number(data["test_loss"])
+        default = common.nan_if_none(data["default_test_loss"])
+        value = common.nan_if_none(data["test_loss"])
         works = None if adamw is None else decayed_report.within(default, adamw)
     return {
         "present": data is not None,
@@ -138,7 +135,7 @@ def _text(entry: dict[str, Any]) -> str:
     default = f"{_f(entry['default_value'])} ({_f(entry['ratio_default_adamw'], 2)}×{default_div})"
     tuned = f"{_f(entry['value'])} ({_f(entry['ratio_tuned_adamw'], 2)}×, "
     tuned += f"m={entry['multiplier']:.2g}{div})"
-    return f"{default} / {tuned} {_MARK[entry['default_works']]}"
+    return f"{default} / {tuned} {common.fmt_mark(entry['default_works'])}"
 
 
 def markdown(ships: dict[str, Any], cells: dict[str, dict[str, Any]]) -> list[str]:

@@ -573,7 +573,7 @@ def test_evaluate_shipped_writes_where_the_report_reads(tmp_path, monkeypatch):
     assert ran == [(tmp_path / "evaluation", None, None)]
 
 
-def test_evaluate_shipped_optimizer_restricts_it_to_the_named_ones(tmp_path, monkeypatch):
+def test_evaluate_shipped_optimizer_restricts_it_to_the_named_ones(tmp_path, monkeypatch, capsys):
     from studies.celo2_headline import evaluate
 
     tuned = []
@@ -581,24 +581,23 @@ def test_evaluate_shipped_optimizer_restricts_it_to_the_named_ones(tmp_path, mon
     monkeypatch.setattr(evaluate.elo, "pretrained", lambda name: f"lo:{name}")
     monkeypatch.setattr(evaluate, "installed_weights_digest", lambda name: name * 64)
     monkeypatch.setattr(evaluate, "tune_cached", lambda path, lo, *_, required: tuned.append(lo))
-    argv = [
-        "evaluate",
-        "shipped",
-        "--results-dir",
-        str(tmp_path),
-        "--task",
-        "gru-h32_mnist-rows-8x8",
-    ]
-    monkeypatch.setattr(sys, "argv", [*argv, "--optimizer", "b"])
-    evaluate.main()
-    assert tuned == ["lo:b"]
-    monkeypatch.setattr(sys, "argv", [*argv, "--optimizer", "c"])
+    task = ["--task", "gru-h32_mnist-rows-8x8"]
+    # An unknown name is refused before anything is written, even the settings record.
+    argv = ["evaluate", "shipped", "--results-dir", str(tmp_path), *task, "--optimizer", "c"]
+    monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit, match="--optimizer 'c': elo ships no such optimizer; choose"):
         evaluate.main()
-    assert tuned == ["lo:b"]  # refused before anything was tuned
-    monkeypatch.setattr(sys, "argv", [*argv[:1], "baselines", *argv[2:], "--optimizer", "a"])
-    with pytest.raises(SystemExit):
+    assert tuned == [] and not (tmp_path / "evaluation").exists()
+    monkeypatch.setattr(sys, "argv", [*argv[:-1], "b"])
+    evaluate.main()
+    assert tuned == ["lo:b"]
+    argv = ["evaluate", "baselines", "--results-dir", str(tmp_path), *task, "--optimizer", "a"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as refused:
         evaluate.main()
+    assert refused.value.code == 2
+    assert "--optimizer applies to `shipped` only" in capsys.readouterr().err
+    assert tuned == ["lo:b"]
 
 
 def test_provenance_names_the_source_commit_of_a_copied_segment(tmp_path):
