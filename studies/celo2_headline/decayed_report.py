@@ -206,24 +206,30 @@ def markdown(summary: dict[str, Any]) -> list[str]:
     if not summary["runs"]:
         return lines + ["No decayed result yet.", ""] + stale
     for run, entry in summary["runs"].items():
-        counts, tests = entry["validation_within"], entry["test_within"]
-        lines += [
-            f"**{run}**: lr=1 within {DEFAULT_TOLERANCE}× tuned AdamW on validation on "
-            f"{counts[CONSTANT]} (constant) and {counts[DECAYED]} (decayed) of {entry['judged']} "
-            f"judged cells (of {entry['of']}); on test {tests[CONSTANT]['within']} of "
-            f"{tests[CONSTANT]['of']} and {tests[DECAYED]['within']} of {tests[DECAYED]['of']}. "
-            f"Schedule by the rule: {entry['schedule']}{early_note(entry)}.",
-            "",
-            "| cell | AdamW | constant: lr=1 / tuned | decayed: lr=1 / tuned |",
-            "|---|---|---|---|",
-        ]
-        for key, cell in entry["cells"].items():
-            if cell[CONSTANT] is None and cell[DECAYED] is None:
-                continue
-            adamw = cell["adamw"]
-            lines.append(
-                f"| {key} | {_f(adamw)} | {_text(cell[CONSTANT], adamw)} | "
-                f"{_text(cell[DECAYED], adamw)} |"
-            )
-        lines.append("")
+        lines += run_block(f"**{run}**", entry)
     return lines + stale
+
+
+def run_block(label: str, entry: dict[str, Any]) -> list[str]:
+    """One optimizer's lines of the section (`entry`, from `run_summary` with its cells): the
+    counts, the schedule the rule gives it, and both schedules per cell beside tuned AdamW."""
+    counts, tests = entry["validation_within"], entry["test_within"]
+    lines = [
+        f"{label}: lr=1 within {DEFAULT_TOLERANCE}× tuned AdamW on validation on "
+        f"{counts[CONSTANT]} (constant) and {counts[DECAYED]} (decayed) of {entry['judged']} "
+        f"judged cells (of {entry['of']}); on test {tests[CONSTANT]['within']} of "
+        f"{tests[CONSTANT]['of']} and {tests[DECAYED]['within']} of {tests[DECAYED]['of']}. "
+        f"Schedule by the rule: {entry['schedule']}{early_note(entry)}.",
+        "",
+        "| cell | AdamW | constant: lr=1 / tuned | decayed: lr=1 / tuned |",
+        "|---|---|---|---|",
+    ]
+    for key, cell in entry["cells"].items():
+        if cell[CONSTANT] is None and cell[DECAYED] is None:
+            continue
+        adamw = cell["adamw"]
+        lines.append(
+            f"| {key} | {_f(adamw)} | {_text(cell[CONSTANT], adamw)} | "
+            f"{_text(cell[DECAYED], adamw)} |"
+        )
+    return lines + [""]

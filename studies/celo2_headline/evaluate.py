@@ -13,7 +13,9 @@ cells for every optimizer before it starts another task's.
 `--checkpoints selected|final` (for `runs`) evaluates only the selected (or final) checkpoints.
 `--run ARM/sSEED` (repeatable; for `runs` and `decayed`) restricts them to those main runs, e.g.
 `--run pes_celo2/s1`: the checkpoint the rule ships, whose cells `ship.py` needs before the rest.
-`--optimizer NAME` (repeatable; for `shipped`) restricts it to those shipped optimizers.
+`--optimizer NAME` (repeatable; for `shipped`) restricts it to those shipped optimizers, and
+`--decayed` (for `shipped`) tunes them with item 4's decayed schedule instead, into
+`shipped_decayed/<name>/` (decision_rule.md: item 4 for `small_fc_mnist8`).
 `--stack` (for `runs` and `horizon`) tunes the pending checkpoints of one architecture on a
 cell together, `--stack-max` at a time, in one compiled program (`elo.tune_many`): for an
 accelerator, where one tuning leaves the chip mostly idle. Each result records `stacked_with`
@@ -429,15 +431,49 @@ def shipped_to_tune(names: Sequence[str] | None) -> list[str]:
     return available if names is None else sorted(set(names))
 
 
+def with_decayed_schedule(
+    lo: elo.AbstractLearnedOptimizer,
+) -> tuple[elo.AbstractLearnedOptimizer | None, dict[str, Any]]:
+    """`lo` with item 4's test-time schedule for its class (`settings.DECAYED_SCHEDULE` for
+    Celo2, `settings.DECAYED_SCHEDULE_SMALL_FC` for SmallFC: warm-up over 5%, cosine decay to
+    0), and the schedule; None in place of the optimizer when `lo` already has it."""
+    if isinstance(lo, elo.Celo2):
+        schedule = dict(settings.DECAYED_SCHEDULE)
+    elif isinstance(lo, elo.SmallFC):
+        schedule = dict(settings.DECAYED_SCHEDULE_SMALL_FC)
+    else:
+        raise SystemExit(f"item 4's decayed schedule is defined for Celo2 and SmallFC, not {lo!r}.")
+    current = lo.hyperparameters()
+    if all(current.get(k) == v for k, v in schedule.items()):
+        return None, schedule
+    return lo.with_hyperparameters(**schedule), schedule
+
+
 def run_shipped(
-    out: Path, only: Sequence[str] | None = None, names: Sequence[str] | None = None
+    out: Path,
+    only: Sequence[str] | None = None,
+    names: Sequence[str] | None = None,
+    decay: bool = False,
 ) -> None:
+    """Tune each shipped optimizer of `names` (default every one) on every cell of `only`
+    (default every cell), as shipped, into `shipped/<name>/`; with `decay`, with item 4's
+    decayed schedule (`with_decayed_schedule`) instead, into `shipped_decayed/<name>/`, skipping an
+    optimizer that already ships with it."""
     for name in shipped_to_tune(names):
         digest = installed_weights_digest(name)
         lo = elo.pretrained(name)
+        required: dict[str, Any] = {"weights_sha256": digest}
+        folder = out / "shipped" / name
+        if decay:
+            decayed_lo, schedule = with_decayed_schedule(lo)
+            if decayed_lo is None:
+                log(f"{name} already ships with the decayed schedule: nothing to tune")
+                continue
+            lo = decayed_lo
+            required["lo_schedule"] = schedule
+            folder = out / "shipped_decayed" / name
         for task, horizon in cells(only):
-            path = out / "shipped" / name / f"{task}@{horizon}.json"
-            tune_cached(path, lo, task, horizon, required={"weights_sha256": digest})
+            tune_cached(folder / f"{task}@{horizon}.json", lo, task, horizon, required=required)
 
 
 def main() -> None:
@@ -477,6 +513,11 @@ def main() -> None:
         help="runs/decayed: only this main run (repeatable, e.g. pes_celo2/s1; default: every one)",
     )
     parser.add_argument(
+        "--decayed",
+        action="store_true",
+        help="shipped: with item 4's decayed schedule, into shipped_decayed/ (decision_rule.md)",
+    )
+    parser.add_argument(
         "--optimizer",
         action="append",
         metavar="NAME",
@@ -486,6 +527,8 @@ def main() -> None:
     only = args.task
     if args.optimizer is not None and args.command != "shipped":
         parser.error("--optimizer applies to `shipped` only")
+    if args.decayed and args.command != "shipped":
+        parser.error("--decayed applies to `shipped` only (`decayed` is the Celo2 main runs')")
     if args.run is not None and args.command not in ("runs", "decayed"):
         parser.error("--run applies to `runs` and `decayed` only")
     if args.stack and args.command not in ("runs", "horizon"):
@@ -513,7 +556,7 @@ def main() -> None:
             which = {"selected": ("best",), "final": ("final",), "both": ("best", "final")}
             run_learned(out, results, only, stack, which[args.checkpoints], args.run)
         elif args.command == "shipped":
-            run_shipped(out, only, args.optimizer)
+            run_shipped(out, only, args.optimizer, args.decayed)
         elif args.command == "decayed":
             run_decayed(out, results, only, args.run)
         else:

@@ -347,6 +347,7 @@ def summarise(root: Path) -> dict[str, Any]:
         "default_step": default_step(table),
         "shipped": shipped_report.summarise(root / "evaluation", table),
         "decayed": decayed_report.summarise(root / "evaluation", results, keys()),
+        "shipped_decayed": shipped_report.decayed(root / "evaluation", results, keys()),
         "grid_edges": grid_edges(results),
         "cells": table,
         "provenance": provenance(results, root),

@@ -117,6 +117,16 @@ def _default_table(summary) -> list[str]:
     return common.md_table(header, rows)
 
 
+def _shipped_decayed_lines(summary) -> list[str]:
+    """Item 4 for the shipped optimizers (`shipped_report.decayed`), one block each."""
+    lines = []
+    for name, entry in summary.get("shipped_decayed", {}).items():
+        stale = f" ({entry['stale']} stale results left out)" if entry["stale"] else ""
+        label = f"**shipped `{name}`** (shipped = constant; decayed: item 4's schedule){stale}"
+        lines += decayed_report.run_block(label, entry)
+    return lines
+
+
 def _so_far(verdict: str, complete: int, of: int) -> str:
     """What a verdict had to go on: ` (so far: k of n cells complete)` while pending,
     ` (decided with k of n cells complete)` when no missing result can change it."""
@@ -236,6 +246,7 @@ def markdown(summary: dict[str, Any]) -> str:
         "### Item 4: a decayed step (investigation, not judged)",
         "",
         *decayed_report.markdown(summary["decayed"]),
+        *_shipped_decayed_lines(summary),
         "### Choices at an end of the sweep",
         "",
         "Tuned values chosen at the lowest or highest point of their 7-value grid (study "

@@ -107,6 +107,15 @@ LO_MULTIPLIER = (0.1, 10.0)
 # meta-trained with: `Celo2.with_hyperparameters(**DECAYED_SCHEDULE)`. Not part of
 # `evaluation()`: the protocol's results are unchanged; each such result records it.
 DECAYED_SCHEDULE = {"init_lr": 0.0, "end_lr": 0.0, "warmup_fraction": 0.05}
+# The same schedule shape for the shipped small_fc optimizer (decision_rule.md, item 4 for
+# `small_fc_mnist8`): SmallFC warms up from 0 over 5% of the run by default; this adds its
+# cosine decay of the step to 0 over the run (`SmallFC.with_hyperparameters`).
+DECAYED_SCHEDULE_SMALL_FC = {
+    "init_lr": 0.0,
+    "warmup_fraction": 0.05,
+    "use_cosine_schedule": True,
+    "step_mult_min": 0.0,
+}
 # Item 4's bar for a default step: at most this many times tuned AdamW's loss.
 DEFAULT_TOLERANCE = 1.25
 # What a verdict, a choice or a status reads while results it needs are missing.

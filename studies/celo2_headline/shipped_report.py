@@ -126,6 +126,52 @@ def summarise(evaluation: Path, cells: dict[str, dict[str, Any]]) -> dict[str, A
     }
 
 
+def _shipped_result(path: Path, digest: str | None) -> dict[str, Any] | None:
+    """A `shipped` result, if it was made with the package's weights (`digest`); else None."""
+    data = common.load_json(path) if path.is_file() else None
+    return data if data is not None and data.get("weights_sha256") == digest else None
+
+
+def _decayed_result(path: Path, digest: str | None) -> dict[str, Any] | None:
+    """A `shipped_decayed` result, if it was made from the package's weights (`digest`) with
+    one of item 4's schedules; else None."""
+    if not path.is_file():
+        return None
+    data = common.load_json(path)
+    schedules = (settings.DECAYED_SCHEDULE, settings.DECAYED_SCHEDULE_SMALL_FC)
+    if data.get("weights_sha256") != digest or data.get("lo_schedule") not in schedules:
+        return None
+    return data
+
+
+def decayed(
+    evaluation: Path, results: dict[str, dict[str, Any]], keys: list[str]
+) -> dict[str, Any]:
+    """Item 4 for the shipped optimizers (decision_rule.md, item 4 for `small_fc_mnist8`): per
+    optimizer with results under `evaluation`/shipped_decayed/<name>/ (`evaluate.py shipped
+    --decayed`), each cell's constant (`shipped/<name>/`) and decayed results beside tuned
+    AdamW's (`results`: the protocol's, by path), and the schedule item 4's rule gives it
+    (`decayed_report.run_summary`: validation only). Results made from other weights than the
+    package's, or with another schedule, are left out and counted as stale."""
+    out = {}
+    for folder in sorted(p for p in (evaluation / "shipped_decayed").glob("*") if p.is_dir()):
+        name, digest = folder.name, weights_digest(folder.name)
+        found = {k: _decayed_result(folder / f"{k}.json", digest) for k in keys}
+        cells = {
+            k: decayed_report.cell_entry(
+                _shipped_result(evaluation / "shipped" / name / f"{k}.json", digest),
+                found[k],
+                results.get(f"baselines/adamw/{k}.json"),
+            )
+            for k in keys
+        }
+        stale = sum((folder / f"{k}.json").is_file() for k in keys) - sum(
+            r is not None for r in found.values()
+        )
+        out[name] = {"cells": cells, **decayed_report.run_summary(cells), "stale": stale}
+    return out
+
+
 def _text(entry: dict[str, Any]) -> str:
     """`default (ratio) / tuned (ratio, m=multiplier) mark` of a shipped optimizer on a cell."""
     if not entry["present"]:

@@ -179,3 +179,64 @@ def test_an_early_choice_says_it_was_decided_before_every_cell(tmp_path):
     summary = _summary(evaluation)
     section = "\n".join(decayed_report.markdown(summary))
     assert "Schedule by the rule: decayed (decided: the 1 cell not yet judged" in section
+
+
+def _shipped_tree(root: Path, monkeypatch, constant_val: float, decayed_val: float) -> Path:
+    """A package shipping `sfc` (weights b"w") with AdamW, constant (`shipped/`) and decayed
+    (`shipped_decayed/`) results on every cell; returns the evaluation folder."""
+    from studies.celo2_headline import shipped_report
+
+    package = root / "package"
+    package.mkdir()
+    (package / "sfc.eqx").write_bytes(b"w")
+    (package / "sfc.json").write_text("{}")
+    monkeypatch.setattr(shipped_report, "PRETRAINED", package)
+    digest = shipped_report.weights_digest("sfc")
+    evaluation = root / "evaluation"
+    for key in KEYS:
+        _write(evaluation / "baselines/adamw" / f"{key}.json", _result(1.0, 1.0, 1.0, 1.0))
+        constant = _result(constant_val, 0.9, 1.0, 1.5) | {"weights_sha256": digest}
+        _write(evaluation / "shipped" / "sfc" / f"{key}.json", constant)
+        decayed = _result(decayed_val, 0.9, 1.0, 1.1) | {"weights_sha256": digest}
+        decayed["lo_schedule"] = settings.DECAYED_SCHEDULE_SMALL_FC
+        _write(evaluation / "shipped_decayed" / "sfc" / f"{key}.json", decayed)
+    return evaluation
+
+
+@pytest.mark.parametrize(
+    "constant_val, decayed_val, schedule", [(2.0, 1.2, "decayed"), (1.2, 1.2, "constant")]
+)
+def test_a_shipped_optimizer_gets_item_4s_rule_on_validation(
+    tmp_path, monkeypatch, constant_val, decayed_val, schedule
+):
+    evaluation = _shipped_tree(tmp_path, monkeypatch, constant_val, decayed_val)
+    summary = report.summarise(evaluation.parent)
+    entry = summary["shipped_decayed"]["sfc"]
+    assert entry["judged"] == entry["of"] == len(KEYS) and entry["stale"] == 0
+    assert entry["schedule"] == schedule
+    assert entry["test_within"]["decayed"] == {"within": len(KEYS), "of": len(KEYS)}  # 1.1
+    assert entry["test_within"]["constant"] == {"within": 0, "of": len(KEYS)}  # 1.5
+    assert summary["decayed"]["runs"] == {}  # the main runs' section is apart
+    block = report.markdown(summary)
+    assert "**shipped `sfc`** (shipped = constant; decayed: item 4's schedule)" in block
+    assert f"Schedule by the rule: {schedule}." in block
+
+
+def test_shipped_decayed_results_of_other_weights_or_schedules_are_left_out(tmp_path, monkeypatch):
+    evaluation = _shipped_tree(tmp_path, monkeypatch, 2.0, 1.2)
+    folder = evaluation / "shipped_decayed" / "sfc"
+    other_schedule = json.loads((folder / f"{KEYS[0]}.json").read_text())
+    other_schedule["lo_schedule"] = {"init_lr": 0.0}
+    _write(folder / f"{KEYS[0]}.json", other_schedule)
+    other_weights = json.loads((folder / f"{KEYS[1]}.json").read_text())
+    other_weights["weights_sha256"] = "0" * 64
+    _write(folder / f"{KEYS[1]}.json", other_weights)
+    constant = evaluation / "shipped" / "sfc" / f"{KEYS[2]}.json"
+    data = json.loads(constant.read_text()) | {"weights_sha256": "1" * 64}
+    _write(constant, data)
+    entry = report.summarise(evaluation.parent)["shipped_decayed"]["sfc"]
+    assert entry["stale"] == 2
+    assert [entry["cells"][k]["decayed"] is None for k in KEYS[:3]] == [True, True, False]
+    assert entry["cells"][KEYS[2]]["constant"] is None
+    # 11 cells judged, decayed within on all 11, constant on none: decided (3 left cannot tie).
+    assert (entry["judged"], entry["schedule"]) == (11, "decayed")

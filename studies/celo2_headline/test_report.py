@@ -570,7 +570,7 @@ def test_evaluate_shipped_writes_where_the_report_reads(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluate, "run_shipped", lambda *args: ran.append(args))
     monkeypatch.setattr(sys, "argv", ["evaluate", "shipped", "--results-dir", str(tmp_path)])
     evaluate.main()
-    assert ran == [(tmp_path / "evaluation", None, None)]
+    assert ran == [(tmp_path / "evaluation", None, None, False)]
 
 
 def test_evaluate_shipped_optimizer_restricts_it_to_the_named_ones(tmp_path, monkeypatch, capsys):

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 import elo
@@ -278,6 +279,48 @@ def test_shipped_weights_must_be_the_installed_ones(monkeypatch):
         evaluate.installed_weights_digest(name)
     with pytest.raises(SystemExit, match="elo ships no"):
         evaluate.installed_weights_digest("no_such_optimizer")
+
+
+def test_shipped_decayed_tunes_item_4s_schedule_into_its_own_folder(tmp_path, monkeypatch, capsys):
+    """`evaluate.py shipped --decayed`: a shipped SmallFC is tuned with a warm-up and a cosine
+    decay of its own step to 0 (its weights unchanged) into `shipped_decayed/<name>/`, the
+    result recording the shipped file's digest and the schedule; an optimizer that already
+    ships with the decayed schedule is skipped."""
+    from studies.celo2_headline import evaluate
+
+    small_fc = elo.SmallFC(key=jax.random.key(0))
+    shipped = {
+        "sfc": small_fc,
+        "c2": elo.Celo2(key=jax.random.key(1)).with_hyperparameters(**settings.DECAYED_SCHEDULE),
+    }
+    monkeypatch.setattr(evaluate.elo, "available_pretrained", lambda: dict.fromkeys(shipped))
+    monkeypatch.setattr(evaluate.elo, "pretrained", shipped.__getitem__)
+    monkeypatch.setattr(evaluate, "installed_weights_digest", lambda name: name[0] * 64)
+    tuned = []
+    monkeypatch.setattr(evaluate, "tune_cached", lambda *args, required: tuned.append(args))
+    task = "gru-h32_mnist-rows-8x8"
+    argv = ["evaluate", "shipped", "--results-dir", str(tmp_path), "--task", task, "--decayed"]
+    monkeypatch.setattr(sys, "argv", argv)
+    evaluate.main()
+    ((path, lo, *_),) = tuned
+    assert path == tmp_path / "evaluation" / "shipped_decayed" / "sfc" / f"{task}@2000.json"
+    assert (lo.use_cosine_schedule, lo.step_mult_min, lo.init_lr) == (True, 0.0, 0.0)
+    assert lo.warmup_fraction == 0.05 and lo.step_mult == small_fc.step_mult
+    assert jnp.array_equal(lo.w0, small_fc.w0)
+    assert float(lo.learning_rate(999, 1000)) == 0.0 < float(lo.learning_rate(50, 1000))
+    assert not small_fc.use_cosine_schedule  # the shipped optimizer itself is unchanged
+    recorded = []
+    monkeypatch.setattr(evaluate, "tune_cached", lambda *a, required: recorded.append(required))
+    evaluate.run_shipped(tmp_path / "evaluation", [task], ["sfc"], decay=True)
+    assert recorded == [
+        {"weights_sha256": "s" * 64, "lo_schedule": settings.DECAYED_SCHEDULE_SMALL_FC}
+    ]
+    argv = ["evaluate", "runs", "--results-dir", str(tmp_path), "--decayed"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as refused:
+        evaluate.main()
+    assert refused.value.code == 2
+    assert "--decayed applies to `shipped` only" in capsys.readouterr().err
 
 
 def test_run_stats_blocks_sum_and_bound_each_block():
