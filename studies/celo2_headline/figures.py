@@ -1,0 +1,266 @@
+"""The headline study's figures, drawn from its committed results (no training).
+
+    python -m studies.celo2_headline.figures [--results-dir DIR] [--docs-images DIR]
+
+Reads DIR/summary.json (`report.py`) and the finished main runs' `meta.json` under DIR/main, and
+writes into DIR/figures/ (and, with `--docs-images`, copies for the Results page):
+
+- `ratios.png`: every held-out cell, each arm's test loss as a ratio to tuned AdamW's (selected
+  checkpoints; the mean over meta-training seeds with its 95% t-interval, and each seed), beside
+  tuned Muon's and SGD's ratios: H1 asks whether ELO-Celo2 is at or below 1 on 8 of 14 cells.
+- `selection_checks.png`: each main run's selection score (meta-validation, lower is better)
+  at every check, its selected checkpoint marked, with ELO's imitation phase and handover
+  shaded (the supervision schedule's fractions of the budget).
+- `default_step.png`: item 4, each shipped optimizer's test loss at `learning_rate=1` as a
+  ratio to tuned AdamW's per cell, with the 1.25× bar: for the Celo2 checkpoint the rule
+  ships, its constant and decayed schedules (from the report's `decayed` section).
+
+`figures.json` beside them records the commit, jax version and device count of the drawing and
+the report commit of the summary they were drawn from.
+"""
+
+import argparse
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from studies import common
+from studies.celo2_headline import settings
+
+
+HERE = Path(__file__).parent
+ARM_COLORS = {
+    "pes_celo2": "tab:blue",
+    "elo_celo2": "tab:orange",
+    "pes_small_fc": "tab:green",
+    "elo_small_fc": "tab:red",
+}
+BASELINE_MARKERS = {"muon": ("Muon", "s", "tab:purple"), "sgd": ("SGD", "^", "tab:gray")}
+# ELO's supervision schedule (settings.DEFAULT_SCHEDULE, `cpu_10_40`): imitation alone for the
+# first 10% of the budget, the learned optimizer alone from 40%.
+IMITATION_END, HANDOVER_END = 0.10, 0.40
+
+
+def short_cell(key: str) -> str:
+    """A cell's name for an axis: `fashion-mlp@1K`, `lm@2K`, `gru@2K`."""
+    task, horizon = key.split("@")
+    names = {
+        "mlp-w128-d3_fashionmnist-8x8x1": "fashion-mlp",
+        "conv-c16-d2_cifar10-8x8x3": "cifar-conv",
+        "mlp-w64-d2_cifar10-8x8x3": "cifar-mlp",
+        "transformer-w32-d2-h2_shakespeare-ctx32": "lm",
+        "regression-mlp-w64-d2_teacher16": "regression",
+        "gru-h32_mnist-rows-8x8": "gru",
+    }
+    steps = int(horizon)
+    return (
+        f"{names.get(task, task)}@{steps // 1000}K"
+        if steps >= 1000
+        else f"{names.get(task, task)}@{steps}"
+    )
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def ratios_figure(summary: dict[str, Any], path: Path) -> Path:
+    """`ratios.png` (see the module's docstring) from the report's summary."""
+    plt = _pyplot()
+    keys = list(summary["cells"])
+    x = np.arange(len(keys))
+    arms = [
+        a for a in settings.ARMS if any(summary["cells"][k]["arms"][a]["best"]["n"] for k in keys)
+    ]
+    width = 0.8 / max(len(arms), 1)
+    fig, ax = plt.subplots(figsize=(12, 4.8))
+    for i, arm in enumerate(arms):
+        offset = (i - (len(arms) - 1) / 2) * width
+        for j, key in enumerate(keys):
+            ratio = summary["cells"][key]["arms"][arm]["best"]["ratio_adamw"]
+            if ratio is None or not _finite(ratio["mean"]):
+                continue
+            half = ratio["ci95"] if _finite(ratio["ci95"]) else 0.0
+            ax.errorbar(
+                j + offset,
+                ratio["mean"],
+                yerr=half,
+                fmt="o",
+                color=ARM_COLORS[arm],
+                capsize=3,
+                label=settings.ARMS[arm].label,
+            )
+            seeds = [v for v in ratio["per_seed"].values() if _finite(v)]
+            ax.scatter([j + offset] * len(seeds), seeds, s=8, color=ARM_COLORS[arm], alpha=0.5)
+    for name, (label, marker, color) in BASELINE_MARKERS.items():
+        values = []
+        for key in keys:
+            row = summary["cells"][key]
+            ok = row[name] and row["adamw"] and _finite(row[name]["value"])
+            values.append(row[name]["value"] / row["adamw"]["value"] if ok else math.nan)
+        ax.scatter(x, values, marker=marker, color=color, s=30, label=f"tuned {label}")
+    ax.axhline(1.0, color="black", lw=1)
+    ax.set_xticks(x, [short_cell(k) for k in keys], rotation=45, ha="right")
+    ax.set_ylabel("test loss / tuned AdamW's")
+    ax.set_title(
+        "Held-out cells: selected checkpoints, mean ± 95% interval over meta-training seeds "
+        "(dots: seeds)"
+    )
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def finished_runs(results: Path) -> dict[str, dict[str, Any]]:
+    """The main runs' `meta.json` by `<arm>/s<seed>`, in settings.ARMS' order."""
+    runs = {}
+    for arm in settings.ARMS:
+        for seed in settings.MAIN_SEEDS:
+            path = results / "main" / arm / f"s{seed}" / "meta.json"
+            if path.is_file():
+                runs[f"{arm}/s{seed}"] = common.load_json(path)
+    return runs
+
+
+def selection_figure(runs: dict[str, dict[str, Any]], path: Path) -> Path:
+    """`selection_checks.png`: one panel per architecture with finished runs."""
+    plt = _pyplot()
+    arms = {name.split("/")[0] for name in runs}
+    panels = [p for p in ("celo2", "small_fc") if any(a.endswith(p) for a in arms)]
+    fig, axes = plt.subplots(
+        1, max(len(panels), 1), figsize=(6.5 * max(len(panels), 1), 4.2), squeeze=False
+    )
+    styles = {0: "-", 1: "--", 2: ":"}
+    for ax, panel in zip(axes[0], panels):
+        steps = settings.META_STEPS
+        ax.axvspan(0, IMITATION_END * steps, color="tab:orange", alpha=0.10, label="ELO: imitation")
+        ax.axvspan(
+            IMITATION_END * steps,
+            HANDOVER_END * steps,
+            color="tab:orange",
+            alpha=0.04,
+            label="ELO: handover",
+        )
+        for name, meta in runs.items():
+            arm, seed = name.split("/")
+            if not arm.endswith(panel):
+                continue
+            checks = meta["validation"]
+            color, style = ARM_COLORS[arm], styles[int(seed[1:])]
+            ax.plot(
+                [c["step"] for c in checks],
+                [c["score"] for c in checks],
+                style,
+                color=color,
+                marker=".",
+                label=f"{settings.ARMS[arm].label} {seed}",
+            )
+            ax.scatter(
+                [meta["best_validation_step"]],
+                [meta["best_validation_score"]],
+                s=80,
+                facecolors="none",
+                edgecolors=color,
+            )
+        ax.set_xlabel("outer step")
+        ax.set_ylabel("selection score (validation; lower is better)")
+        ax.set_title(f"{panel}: checks every {settings.CHECK_EVERY} steps (circles: selected)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def default_step_figure(summary: dict[str, Any], path: Path) -> Path:
+    """`default_step.png`: learning_rate=1 over tuned AdamW per cell, for each shipped
+    optimizer (its `evaluate.py shipped` results) and, for each Celo2 run with decayed results,
+    both schedules (the report's item 4 section)."""
+    plt = _pyplot()
+    keys = list(summary["cells"])
+    x = np.arange(len(keys))
+    fig, ax = plt.subplots(figsize=(12, 4.8))
+    series: list[tuple[str, list[float]]] = []
+    for run, entry in summary["decayed"]["runs"].items():
+        if entry["judged"] < entry["of"]:
+            continue
+        for schedule in ("constant", "decayed"):
+            values = []
+            for key in keys:
+                cell = entry["cells"][key]
+                ok = cell[schedule] is not None and _finite(cell["adamw"])
+                values.append(cell[schedule]["default_test"] / cell["adamw"] if ok else math.nan)
+            series.append((f"{run} {schedule}", values))
+    for name, ship in summary["shipped"].items():
+        values = [ship["cells"][k]["ratio_default_adamw"] for k in keys]
+        series.append((f"shipped {name}", [v if _finite(v) else math.nan for v in values]))
+    width = 0.8 / max(len(series), 1)
+    for i, (label, values) in enumerate(series):
+        offset = (i - (len(series) - 1) / 2) * width
+        ax.bar(x + offset, np.asarray(values, float) - 1.0, width, bottom=1.0, label=label)
+    ax.axhline(1.0, color="black", lw=1)
+    ax.axhline(settings.DEFAULT_TOLERANCE, color="tab:red", lw=1, ls="--", label="1.25× bar")
+    ax.set_xticks(x, [short_cell(k) for k in keys], rotation=45, ha="right")
+    ax.set_ylabel("test loss at learning_rate=1 / tuned AdamW's")
+    ax.set_title("Item 4: the default step on every held-out cell (test data, reported)")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def figures(results: Path, docs_images: Path | None = None) -> list[Path]:
+    """Draw every figure into `results`/figures (and copy them to `docs_images`)."""
+    summary = common.load_json(results / "summary.json")
+    out = results / "figures"
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [
+        ratios_figure(summary, out / "ratios.png"),
+        selection_figure(finished_runs(results), out / "selection_checks.png"),
+        default_step_figure(summary, out / "default_step.png"),
+    ]
+    record = {
+        "figures": [p.name for p in paths],
+        "summary_report_commit": summary["provenance"]["report_commit"],
+        "summary_status": summary["status"],
+        "environment": common.environment(),
+    }
+    common.write_json(out / "figures.json", record)
+    if docs_images is not None:
+        docs_images.mkdir(parents=True, exist_ok=True)
+        for path in paths:
+            shutil.copyfile(path, docs_images / path.name)
+    return paths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
+    parser.add_argument("--docs-images", help="also copy the figures here (docs/images/...)")
+    args = parser.parse_args()
+    docs = Path(args.docs_images) if args.docs_images else None
+    for path in figures(Path(args.results_dir), docs):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
