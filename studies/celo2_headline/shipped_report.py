@@ -127,9 +127,23 @@ def summarise(evaluation: Path, cells: dict[str, dict[str, Any]]) -> dict[str, A
 
 
 def _shipped_result(path: Path, digest: str | None) -> dict[str, Any] | None:
-    """A `shipped` result, if it was made with the package's weights (`digest`); else None."""
-    data = common.load_json(path) if path.is_file() else None
-    return data if data is not None and data.get("weights_sha256") == digest else None
+    """A `shipped` result made with the weights of `digest`: at `path`, or where
+    `evaluate.py shipped` set it aside once the package shipped other weights
+    (`<file>.stale-<first 12 hex digits>`); else None."""
+    for candidate in (path, path.with_name(f"{path.name}.stale-{str(digest)[:12]}")):
+        data = common.load_json(candidate) if candidate.is_file() else None
+        if data is not None and data.get("weights_sha256") == digest:
+            return data
+    return None
+
+
+def item4_digest(name: str) -> str | None:
+    """The weights item 4's comparison of `name` is about: those it was shipped with before
+    `reship_schedule.py` gave it the decayed step (its record's `reshipped`), else the
+    package's current ones."""
+    record = PRETRAINED / f"{name}.json"
+    reshipped = common.load_json(record).get("reshipped") if record.is_file() else None
+    return reshipped["previous_weights_sha256"] if reshipped else weights_digest(name)
 
 
 def _decayed_result(path: Path, digest: str | None) -> dict[str, Any] | None:
@@ -151,11 +165,11 @@ def decayed(
     optimizer with results under `evaluation`/shipped_decayed/<name>/ (`evaluate.py shipped
     --decayed`), each cell's constant (`shipped/<name>/`) and decayed results beside tuned
     AdamW's (`results`: the protocol's, by path), and the schedule item 4's rule gives it
-    (`decayed_report.run_summary`: validation only). Results made from other weights than the
-    package's, or with another schedule, are left out and counted as stale."""
+    (`decayed_report.run_summary`: validation only). Results made from other weights than
+    `item4_digest`'s, or with another schedule, are left out and counted as stale."""
     out = {}
     for folder in sorted(p for p in (evaluation / "shipped_decayed").glob("*") if p.is_dir()):
-        name, digest = folder.name, weights_digest(folder.name)
+        name, digest = folder.name, item4_digest(folder.name)
         found = {k: _decayed_result(folder / f"{k}.json", digest) for k in keys}
         cells = {
             k: decayed_report.cell_entry(

@@ -1,0 +1,94 @@
+"""reship_schedule.py: a shipped optimizer gets item 4's decayed step only when the report's
+rule chose it, keeps its weights, and the report keeps showing the comparison afterwards."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import elo
+from studies import common
+from studies.celo2_headline import report, reship_schedule, settings, shipped_report
+from studies.celo2_headline.test_decayed_report import _result, _write, KEYS
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch) -> Path:
+    """A package shipping `sfc`, a SmallFC with its default (constant) step."""
+    folder = tmp_path / "package"
+    folder.mkdir()
+    elo.save_optimizer(folder / "sfc.eqx", elo.SmallFC(key=jax.random.key(0)))
+    common.write_json(folder / "sfc.json", {"summary": "A small_fc.", "command": "elo ..."})
+    monkeypatch.setattr(shipped_report, "PRETRAINED", folder)
+    return folder
+
+
+def _results(root: Path, constant_val: float, decayed_val: float) -> Path:
+    """AdamW, `sfc`'s constant and decayed results on every cell, then the report."""
+    digest = shipped_report.weights_digest("sfc")
+    evaluation = root / "evaluation"
+    for key in KEYS:
+        _write(evaluation / "baselines/adamw" / f"{key}.json", _result(1.0, 1.0, 1.0, 1.0))
+        constant = _result(constant_val, 0.9, 1.0, 1.5) | {"weights_sha256": digest}
+        _write(evaluation / "shipped" / "sfc" / f"{key}.json", constant)
+        decayed = _result(decayed_val, 0.9, 1.0, 1.1) | {"weights_sha256": digest}
+        decayed["lo_schedule"] = settings.DECAYED_SCHEDULE_SMALL_FC
+        _write(evaluation / "shipped_decayed" / "sfc" / f"{key}.json", decayed)
+    report.report(root)
+    return root
+
+
+def test_the_decayed_step_is_shipped_when_the_rule_chose_it(tmp_path, package):
+    results = _results(tmp_path / "results", constant_val=2.0, decayed_val=1.2)
+    before = elo.load_optimizer(package / "sfc.eqx")
+    digest = hashlib.sha256((package / "sfc.eqx").read_bytes()).hexdigest()
+    record = reship_schedule.reship(results, "sfc", package)
+    after = elo.load_optimizer(package / "sfc.eqx")
+    assert isinstance(after, elo.SmallFC)
+    assert (after.use_cosine_schedule, after.step_mult_min) == (True, 0.0)
+    assert jnp.array_equal(after.w0, before.w0) and after.step_mult == before.step_mult
+    assert record == json.loads((package / "sfc.json").read_text())
+    assert record["schedule"]["name"] == "decayed"
+    assert record["schedule"]["hyperparameters"] == settings.DECAYED_SCHEDULE_SMALL_FC
+    assert record["schedule"]["chosen_by"]["validation_within"] == {
+        "constant": 0,
+        "decayed": len(KEYS),
+    }
+    assert record["reshipped"]["previous_weights_sha256"] == digest
+    assert record["summary"].startswith("A small_fc. It ships with a warm-up + cosine decay")
+    # The report still compares the schedules of the weights item 4 was about, also once
+    # `evaluate.py shipped` has set the old weights' results aside.
+    for key in KEYS:
+        path = results / "evaluation" / "shipped" / "sfc" / f"{key}.json"
+        path.replace(path.with_name(f"{path.name}.stale-{digest[:12]}"))
+    summary = report.summarise(results)
+    assert summary["shipped_decayed"]["sfc"]["schedule"] == "decayed"
+    assert summary["shipped_decayed"]["sfc"]["judged"] == len(KEYS)
+    assert summary["shipped"]["sfc"]["status"] == "pending"  # until remade with the new weights
+
+
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        ("no_report", "summary.json does not exist"),
+        ("no_decayed", "the report has no decayed results of sfc"),
+        ("constant", "item 4's rule gives sfc the constant schedule"),
+    ],
+)
+def test_nothing_is_reshipped_unless_the_rule_chose_the_decayed_step(
+    tmp_path, package, setup, message
+):
+    results = tmp_path / "results"
+    if setup == "constant":
+        _results(results, constant_val=1.2, decayed_val=1.2)
+    elif setup == "no_decayed":
+        results.mkdir()
+        common.write_json(results / "summary.json", {"shipped_decayed": {}})
+    weights = (package / "sfc.eqx").read_bytes()
+    with pytest.raises(SystemExit, match=message):
+        reship_schedule.reship(results, "sfc", package)
+    assert (package / "sfc.eqx").read_bytes() == weights
+    assert "schedule" not in json.loads((package / "sfc.json").read_text())
