@@ -176,9 +176,10 @@ class SmallFC(AbstractMLPOptimizer):
         - `init_lr`, `warmup_fraction`, `warmup_steps`: linear warmup from `init_lr` to
           `step_mult` over $W = \\max(\\text{warmup\\_fraction}\\cdot N, 1)$ steps, or over
           `max(warmup_steps, 1)` steps when `warmup_fraction` is 0 (0.0, 0.05, 0).
-        - `use_cosine_schedule`, `step_mult_min`, `cosine_steps`: after warmup, decay from
-          `step_mult` to `step_mult_min` with a cosine over `cosine_steps` steps (the run length
-          $N$ if `None`; the reference uses 10 000 in meta-training) (False, 1e-4, None).
+        - `use_cosine_schedule`, `step_mult_min`, `cosine_steps`: after warmup, the cosine from
+          `step_mult` at step 0 to `step_mult_min` at step `cosine_steps` − 1 (the run length
+          $N$ if `None`; the reference uses 10 000 in meta-training) (False, 1e-4, None). The
+          cosine is measured from step 0, as in the reference: the warmup replaces its start.
         - `weight_decay`: decoupled weight decay, multiplied by the learning rate (0.0).
         - `clip_grad`, `clip_norm`: clip the gradients by global norm first (False, 1.0).
         """
@@ -296,7 +297,8 @@ class SmallFC(AbstractMLPOptimizer):
         self, iteration: Int[ArrayLike, ""], num_steps: Int[ArrayLike, ""]
     ) -> Float[Array, ""]:
         """$\\eta_t$: linear warmup from `init_lr` to `step_mult` while $t < W$, then `step_mult`
-        (or its cosine decay to `step_mult_min`). Note $\\eta_0 = $ `init_lr`."""
+        (or, with `use_cosine_schedule`, the cosine from `step_mult` at $t = 0$ to
+        `step_mult_min`, measured from step 0). Note $\\eta_0 = $ `init_lr`."""
         t = jnp.asarray(iteration, jnp.int32)
         n = jnp.asarray(num_steps, jnp.int32)
         if self.use_cosine_schedule:

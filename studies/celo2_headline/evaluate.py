@@ -437,12 +437,9 @@ def with_decayed_schedule(
     """`lo` with item 4's test-time schedule for its class (`settings.DECAYED_SCHEDULE` for
     Celo2, `settings.DECAYED_SCHEDULE_SMALL_FC` for SmallFC: warm-up over 5%, cosine decay to
     0), and the schedule; None in place of the optimizer when `lo` already has it."""
-    if isinstance(lo, elo.Celo2):
-        schedule = dict(settings.DECAYED_SCHEDULE)
-    elif isinstance(lo, elo.SmallFC):
-        schedule = dict(settings.DECAYED_SCHEDULE_SMALL_FC)
-    else:
+    if not isinstance(lo, elo.Celo2 | elo.SmallFC):
         raise SystemExit(f"item 4's decayed schedule is defined for Celo2 and SmallFC, not {lo!r}.")
+    schedule = dict(settings.DECAYED_SCHEDULES[type(lo).__name__])
     current = lo.hyperparameters()
     if all(current.get(k) == v for k, v in schedule.items()):
         return None, schedule

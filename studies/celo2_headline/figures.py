@@ -11,9 +11,10 @@ writes into DIR/figures/ (and, with `--docs-images`, copies for the Results page
 - `selection_checks.png`: each main run's selection score (meta-validation, lower is better)
   at every check, its selected checkpoint marked, with ELO's imitation phase and handover
   shaded (the supervision schedule's fractions of the budget).
-- `default_step.png`: item 4, each shipped optimizer's test loss at `learning_rate=1` as a
-  ratio to tuned AdamW's per cell, with the 1.25× bar: for the Celo2 checkpoint the rule
-  ships, its constant and decayed schedules (from the report's `decayed` section).
+- `default_step.png`: item 4, the test loss at `learning_rate=1` as a ratio to tuned AdamW's
+  per cell, with the 1.25× bar: both schedules of each Celo2 run whose item-4 cells are all
+  judged (so far the checkpoint the rule ships), each shipped optimizer as shipped, and each
+  one's decayed step where `evaluate.py shipped --decayed` made it.
 
 `figures.json` beside them records the commit, jax version and device count of the drawing and
 the report commit of the summary they were drawn from.
@@ -39,9 +40,9 @@ ARM_COLORS = {
     "elo_small_fc": "tab:red",
 }
 BASELINE_MARKERS = {"muon": ("Muon", "s", "tab:purple"), "sgd": ("SGD", "^", "tab:gray")}
-# ELO's supervision schedule (settings.DEFAULT_SCHEDULE, `cpu_10_40`): imitation alone for the
-# first 10% of the budget, the learned optimizer alone from 40%.
-IMITATION_END, HANDOVER_END = 0.10, 0.40
+# ELO's supervision schedule (settings.DEFAULT_SCHEDULE): imitation alone until the first
+# fraction of the budget, the learned optimizer alone from the second.
+IMITATION_END, HANDOVER_END, _ = settings.PILOT_SCHEDULES[settings.DEFAULT_SCHEDULE]
 
 
 def short_cell(key: str) -> str:
@@ -76,6 +77,54 @@ def _pyplot():
     return plt
 
 
+def _ratio(value: float | None, reference: float | None) -> float:
+    """`value / reference`, nan unless both are finite (the summary stores nan as None)."""
+    if value is None or reference is None or not reference:
+        return math.nan
+    if not (math.isfinite(value) and math.isfinite(reference)):
+        return math.nan
+    return value / reference
+
+
+def baseline_ratios(summary: dict[str, Any], name: str) -> list[float]:
+    """Tuned baseline `name`'s test loss over tuned AdamW's, per cell (nan where missing)."""
+    ratios = []
+    for row in summary["cells"].values():
+        value = row[name]["value"] if row[name] else None
+        ratios.append(_ratio(value, row["adamw"]["value"] if row["adamw"] else None))
+    return ratios
+
+
+def default_step_series(summary: dict[str, Any]) -> list[tuple[str, list[float]]]:
+    """`default_step.png`'s bars: per cell, the test loss at `learning_rate=1` over tuned
+    AdamW's (nan where missing or not finite) of each Celo2 run whose item-4 cells are all
+    judged (both schedules: for the shipped checkpoint, all that exist so far), of each shipped
+    optimizer as shipped, and of each shipped optimizer's decayed step (`shipped_decayed`)."""
+    keys = list(summary["cells"])
+    series: list[tuple[str, list[float]]] = []
+    for run, entry in summary["decayed"]["runs"].items():
+        if entry["judged"] < entry["of"]:
+            continue
+        for schedule in ("constant", "decayed"):
+            values = []
+            for key in keys:
+                cell = entry["cells"][key]
+                default = cell[schedule]["default_test"] if cell[schedule] else None
+                values.append(_ratio(default, cell["adamw"]))
+            series.append((f"{run} {schedule}", values))
+    for name, ship in summary["shipped"].items():
+        values = [ship["cells"][k]["ratio_default_adamw"] for k in keys]
+        series.append((f"shipped {name}", [v if _finite(v) else math.nan for v in values]))
+    for name, entry in summary.get("shipped_decayed", {}).items():
+        values = []
+        for key in keys:
+            cell = entry["cells"][key]
+            default = cell["decayed"]["default_test"] if cell["decayed"] else None
+            values.append(_ratio(default, cell["adamw"]))
+        series.append((f"shipped {name}, decayed step", values))
+    return series
+
+
 def ratios_figure(summary: dict[str, Any], path: Path) -> Path:
     """`ratios.png` (see the module's docstring) from the report's summary."""
     plt = _pyplot()
@@ -105,11 +154,7 @@ def ratios_figure(summary: dict[str, Any], path: Path) -> Path:
             seeds = [v for v in ratio["per_seed"].values() if _finite(v)]
             ax.scatter([j + offset] * len(seeds), seeds, s=8, color=ARM_COLORS[arm], alpha=0.5)
     for name, (label, marker, color) in BASELINE_MARKERS.items():
-        values = []
-        for key in keys:
-            row = summary["cells"][key]
-            ok = row[name] and row["adamw"] and _finite(row[name]["value"])
-            values.append(row[name]["value"] / row["adamw"]["value"] if ok else math.nan)
+        values = baseline_ratios(summary, name)
         ax.scatter(x, values, marker=marker, color=color, s=30, label=f"tuned {label}")
     ax.axhline(1.0, color="black", lw=1)
     ax.set_xticks(x, [short_cell(k) for k in keys], rotation=45, ha="right")
@@ -146,7 +191,7 @@ def selection_figure(runs: dict[str, dict[str, Any]], path: Path) -> Path:
     fig, axes = plt.subplots(
         1, max(len(panels), 1), figsize=(6.5 * max(len(panels), 1), 4.2), squeeze=False
     )
-    styles = {0: "-", 1: "--", 2: ":"}
+    styles = ("-", "--", ":", "-.")
     for ax, panel in zip(axes[0], panels):
         steps = settings.META_STEPS
         ax.axvspan(0, IMITATION_END * steps, color="tab:orange", alpha=0.10, label="ELO: imitation")
@@ -162,7 +207,7 @@ def selection_figure(runs: dict[str, dict[str, Any]], path: Path) -> Path:
             if not arm.endswith(panel):
                 continue
             checks = meta["validation"]
-            color, style = ARM_COLORS[arm], styles[int(seed[1:])]
+            color, style = ARM_COLORS[arm], styles[int(seed[1:]) % len(styles)]
             ax.plot(
                 [c["step"] for c in checks],
                 [c["score"] for c in checks],
@@ -189,27 +234,12 @@ def selection_figure(runs: dict[str, dict[str, Any]], path: Path) -> Path:
 
 
 def default_step_figure(summary: dict[str, Any], path: Path) -> Path:
-    """`default_step.png`: learning_rate=1 over tuned AdamW per cell, for each shipped
-    optimizer (its `evaluate.py shipped` results) and, for each Celo2 run with decayed results,
-    both schedules (the report's item 4 section)."""
+    """`default_step.png`: the bars of `default_step_series` per cell, with the 1.25× bar."""
     plt = _pyplot()
     keys = list(summary["cells"])
     x = np.arange(len(keys))
     fig, ax = plt.subplots(figsize=(12, 4.8))
-    series: list[tuple[str, list[float]]] = []
-    for run, entry in summary["decayed"]["runs"].items():
-        if entry["judged"] < entry["of"]:
-            continue
-        for schedule in ("constant", "decayed"):
-            values = []
-            for key in keys:
-                cell = entry["cells"][key]
-                ok = cell[schedule] is not None and _finite(cell["adamw"])
-                values.append(cell[schedule]["default_test"] / cell["adamw"] if ok else math.nan)
-            series.append((f"{run} {schedule}", values))
-    for name, ship in summary["shipped"].items():
-        values = [ship["cells"][k]["ratio_default_adamw"] for k in keys]
-        series.append((f"shipped {name}", [v if _finite(v) else math.nan for v in values]))
+    series = default_step_series(summary)
     width = 0.8 / max(len(series), 1)
     for i, (label, values) in enumerate(series):
         offset = (i - (len(series) - 1) / 2) * width

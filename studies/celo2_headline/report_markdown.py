@@ -121,8 +121,10 @@ def _shipped_decayed_lines(summary) -> list[str]:
     """Item 4 for the shipped optimizers (`shipped_report.decayed`), one block each."""
     lines = []
     for name, entry in summary.get("shipped_decayed", {}).items():
-        stale = f" ({entry['stale']} stale results left out)" if entry["stale"] else ""
-        label = f"**shipped `{name}`** (shipped = constant; decayed: item 4's schedule){stale}"
+        stale = f"; {entry['stale']} stale results left out" if entry["stale"] else ""
+        schedule = ", ".join(f"{k}={v}" for k, v in (entry["lo_schedule"] or {}).items())
+        constant = "as shipped before its re-ship" if entry["reshipped"] else "as shipped"
+        label = f"**shipped `{name}`** (constant: {constant}; decayed: `{schedule}`{stale})"
         lines += decayed_report.run_block(label, entry)
     return lines
 

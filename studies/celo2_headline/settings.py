@@ -107,15 +107,19 @@ LO_MULTIPLIER = (0.1, 10.0)
 # meta-trained with: `Celo2.with_hyperparameters(**DECAYED_SCHEDULE)`. Not part of
 # `evaluation()`: the protocol's results are unchanged; each such result records it.
 DECAYED_SCHEDULE = {"init_lr": 0.0, "end_lr": 0.0, "warmup_fraction": 0.05}
-# The same schedule shape for the shipped small_fc optimizer (decision_rule.md, item 4 for
+# Its counterpart for the shipped small_fc optimizer (decision_rule.md, item 4 for
 # `small_fc_mnist8`): SmallFC warms up from 0 over 5% of the run by default; this adds its
-# cosine decay of the step to 0 over the run (`SmallFC.with_hyperparameters`).
+# cosine decay of the step to 0 at the run's last update (`SmallFC.with_hyperparameters`).
+# SmallFC measures the cosine from step 0, not from the end of the warm-up as Celo2 does: the
+# step is 0.994 of its peak when the warm-up ends and half of it mid-run (Celo2's: about 0.54).
 DECAYED_SCHEDULE_SMALL_FC = {
     "init_lr": 0.0,
     "warmup_fraction": 0.05,
     "use_cosine_schedule": True,
     "step_mult_min": 0.0,
 }
+# Item 4's schedule by learned-optimizer class (the `class` of a saved optimizer's header).
+DECAYED_SCHEDULES = {"Celo2": DECAYED_SCHEDULE, "SmallFC": DECAYED_SCHEDULE_SMALL_FC}
 # Item 4's bar for a default step: at most this many times tuned AdamW's loss.
 DEFAULT_TOLERANCE = 1.25
 # What a verdict, a choice or a status reads while results it needs are missing.

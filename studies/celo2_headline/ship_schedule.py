@@ -57,6 +57,11 @@ def shipped_schedule(summary: dict[str, Any] | None, run: tuple[str, int]) -> di
     }
 
 
+def _setting(value: Any) -> str:
+    """A schedule setting as the summary writes it: numbers in `g` format, flags as words."""
+    return str(value) if isinstance(value, bool) or value is None else f"{value:g}"
+
+
 def schedule_sentence(schedule: dict[str, Any]) -> str:
     """What the summary says of the shipped schedule and of which schedule its figures are."""
     choice = schedule["chosen_by"]
@@ -64,7 +69,7 @@ def schedule_sentence(schedule: dict[str, Any]) -> str:
         counts = choice["validation_within"]
         return (
             "It ships with a warm-up + cosine decay of its own step "
-            f"({', '.join(f'{k}={v:g}' for k, v in schedule['hyperparameters'].items())}), "
+            f"({', '.join(f'{k}={_setting(v)}' for k, v in schedule['hyperparameters'].items())}), "
             "chosen by the rule's item 4 on validation data (learning_rate=1 within "
             f"{settings.DEFAULT_TOLERANCE}× tuned AdamW's validation loss on {counts['decayed']} "
             f"cells against {counts['constant']} for the constant step; {choice['judged']} of "

@@ -14,6 +14,7 @@ left out as if missing, and counted.
 """
 
 import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -130,11 +131,21 @@ def _shipped_result(path: Path, digest: str | None) -> dict[str, Any] | None:
     """A `shipped` result made with the weights of `digest`: at `path`, or where
     `evaluate.py shipped` set it aside once the package shipped other weights
     (`<file>.stale-<first 12 hex digits>`); else None."""
-    for candidate in (path, path.with_name(f"{path.name}.stale-{str(digest)[:12]}")):
+    set_aside = sorted(path.parent.glob(f"{path.name}.stale-{str(digest)[:12]}*"))
+    for candidate in (path, *set_aside):
         data = common.load_json(candidate) if candidate.is_file() else None
         if data is not None and data.get("weights_sha256") == digest:
             return data
     return None
+
+
+def optimizer_class(name: str) -> str | None:
+    """The class of the package's `<name>.eqx` (its header's `class`), None if not shipped."""
+    path = PRETRAINED / f"{name}.eqx"
+    if not path.is_file():
+        return None
+    with open(path, "rb") as f:
+        return json.loads(f.readline()).get("class")
 
 
 def item4_digest(name: str) -> str | None:
@@ -146,14 +157,15 @@ def item4_digest(name: str) -> str | None:
     return reshipped["previous_weights_sha256"] if reshipped else weights_digest(name)
 
 
-def _decayed_result(path: Path, digest: str | None) -> dict[str, Any] | None:
-    """A `shipped_decayed` result, if it was made from the package's weights (`digest`) with
-    one of item 4's schedules; else None."""
+def _decayed_result(
+    path: Path, digest: str | None, schedule: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """A `shipped_decayed` result, if it was made from the weights of `digest` with item 4's
+    `schedule` for the optimizer's class; else None."""
     if not path.is_file():
         return None
     data = common.load_json(path)
-    schedules = (settings.DECAYED_SCHEDULE, settings.DECAYED_SCHEDULE_SMALL_FC)
-    if data.get("weights_sha256") != digest or data.get("lo_schedule") not in schedules:
+    if data.get("weights_sha256") != digest or data.get("lo_schedule") != schedule:
         return None
     return data
 
@@ -165,12 +177,16 @@ def decayed(
     optimizer with results under `evaluation`/shipped_decayed/<name>/ (`evaluate.py shipped
     --decayed`), each cell's constant (`shipped/<name>/`) and decayed results beside tuned
     AdamW's (`results`: the protocol's, by path), and the schedule item 4's rule gives it
-    (`decayed_report.run_summary`: validation only). Results made from other weights than
-    `item4_digest`'s, or with another schedule, are left out and counted as stale."""
+    (`decayed_report.run_summary`: validation only), and the weights compared
+    (`weights_sha256`: `item4_digest`). Decayed results made from other weights, or with
+    another schedule than `settings.DECAYED_SCHEDULES`' for the optimizer's class, are left out
+    and counted as stale; constant results of other weights are left out (the shipped section
+    counts those)."""
     out = {}
     for folder in sorted(p for p in (evaluation / "shipped_decayed").glob("*") if p.is_dir()):
         name, digest = folder.name, item4_digest(folder.name)
-        found = {k: _decayed_result(folder / f"{k}.json", digest) for k in keys}
+        schedule = settings.DECAYED_SCHEDULES.get(str(optimizer_class(name)))
+        found = {k: _decayed_result(folder / f"{k}.json", digest, schedule) for k in keys}
         cells = {
             k: decayed_report.cell_entry(
                 _shipped_result(evaluation / "shipped" / name / f"{k}.json", digest),
@@ -182,7 +198,14 @@ def decayed(
         stale = sum((folder / f"{k}.json").is_file() for k in keys) - sum(
             r is not None for r in found.values()
         )
-        out[name] = {"cells": cells, **decayed_report.run_summary(cells), "stale": stale}
+        out[name] = {
+            "cells": cells,
+            **decayed_report.run_summary(cells),
+            "stale": stale,
+            "weights_sha256": digest,
+            "lo_schedule": schedule,
+            "reshipped": digest != weights_digest(name),
+        }
     return out
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from studies.celo2_headline import decayed_report, report, settings
+from studies.celo2_headline import decayed_report, report, settings, shipped_report
 
 
 KEYS = [report.cell_key(c) for c in settings.cells()]
@@ -184,11 +184,9 @@ def test_an_early_choice_says_it_was_decided_before_every_cell(tmp_path):
 def _shipped_tree(root: Path, monkeypatch, constant_val: float, decayed_val: float) -> Path:
     """A package shipping `sfc` (weights b"w") with AdamW, constant (`shipped/`) and decayed
     (`shipped_decayed/`) results on every cell; returns the evaluation folder."""
-    from studies.celo2_headline import shipped_report
-
     package = root / "package"
     package.mkdir()
-    (package / "sfc.eqx").write_bytes(b"w")
+    (package / "sfc.eqx").write_bytes(b'{"class": "SmallFC"}\nw')
     (package / "sfc.json").write_text("{}")
     monkeypatch.setattr(shipped_report, "PRETRAINED", package)
     digest = shipped_report.weights_digest("sfc")
@@ -218,7 +216,10 @@ def test_a_shipped_optimizer_gets_item_4s_rule_on_validation(
     assert entry["test_within"]["constant"] == {"within": 0, "of": len(KEYS)}  # 1.5
     assert summary["decayed"]["runs"] == {}  # the main runs' section is apart
     block = report.markdown(summary)
-    assert "**shipped `sfc`** (shipped = constant; decayed: item 4's schedule)" in block
+    shape = "init_lr=0.0, warmup_fraction=0.05, use_cosine_schedule=True, step_mult_min=0.0"
+    assert f"**shipped `sfc`** (constant: as shipped; decayed: `{shape}`)" in block
+    assert entry["weights_sha256"] == shipped_report.weights_digest("sfc")
+    assert entry["lo_schedule"] == settings.DECAYED_SCHEDULE_SMALL_FC and not entry["reshipped"]
     assert f"Schedule by the rule: {schedule}." in block
 
 
@@ -226,7 +227,7 @@ def test_shipped_decayed_results_of_other_weights_or_schedules_are_left_out(tmp_
     evaluation = _shipped_tree(tmp_path, monkeypatch, 2.0, 1.2)
     folder = evaluation / "shipped_decayed" / "sfc"
     other_schedule = json.loads((folder / f"{KEYS[0]}.json").read_text())
-    other_schedule["lo_schedule"] = {"init_lr": 0.0}
+    other_schedule["lo_schedule"] = settings.DECAYED_SCHEDULE  # Celo2's, not SmallFC's
     _write(folder / f"{KEYS[0]}.json", other_schedule)
     other_weights = json.loads((folder / f"{KEYS[1]}.json").read_text())
     other_weights["weights_sha256"] = "0" * 64

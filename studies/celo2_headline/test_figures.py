@@ -1,11 +1,20 @@
 """The headline study's figures (figures.py) drawn from a synthetic results directory."""
 
 import json
+import math
 from pathlib import Path
 
+import pytest
+
 from studies import common
-from studies.celo2_headline import figures, report, settings
-from studies.celo2_headline.test_report import _shipped, _tree
+from studies.celo2_headline import figures, report, settings, shipped_report
+from studies.celo2_headline.test_report import _shipped, _tree, KEYS
+
+
+@pytest.fixture(autouse=True)
+def _no_package_optimizers(tmp_path_factory, monkeypatch):
+    """Every test sees only the shipped optimizers it makes, not those of the package."""
+    monkeypatch.setattr(shipped_report, "PRETRAINED", tmp_path_factory.mktemp("pretrained"))
 
 
 def _meta(root: Path, arm: str, seed: int) -> None:
@@ -45,3 +54,39 @@ def test_cells_have_short_names_for_the_axes():
         "cifar-conv@300",
     ]
     assert figures.short_cell("mlp-w128-d3_fashionmnist-8x8x1@10000") == "fashion-mlp@10K"
+
+
+def test_the_series_are_nan_where_a_value_is_missing_or_diverged(tmp_path):
+    _tree(tmp_path)
+    _shipped(tmp_path, "celo2_x", default=lambda key: None if key == KEYS[0] else 1.1)
+    summary = report.json_ready(report.summarise(tmp_path))  # nan as None, as in summary.json
+    summary["cells"][KEYS[1]]["muon"] = None
+    summary["cells"][KEYS[2]]["adamw"]["value"] = None
+    muon = figures.baseline_ratios(summary, "muon")
+    assert math.isnan(muon[1]) and math.isnan(muon[2])
+    assert muon[0] == pytest.approx(0.95)
+    ((label, values),) = figures.default_step_series(summary)
+    assert label == "shipped celo2_x"
+    assert math.isnan(values[0]) and values[1] == pytest.approx(1.1)
+    entry = {"judged": 14, "of": 14, "cells": {}}
+    for i, key in enumerate(KEYS):
+        decayed = {"default_test": None if i == 0 else 1.2}
+        entry["cells"][key] = {
+            "adamw": None if i == 1 else 1.0,
+            "constant": None,
+            "decayed": decayed,
+        }
+    summary["decayed"]["runs"] = {"pes_celo2/s1": entry}
+    summary["shipped_decayed"] = {"celo2_x": entry}
+    series = dict(figures.default_step_series(summary))
+    assert list(series) == [
+        "pes_celo2/s1 constant",
+        "pes_celo2/s1 decayed",
+        "shipped celo2_x",
+        "shipped celo2_x, decayed step",
+    ]
+    assert all(math.isnan(v) for v in series["pes_celo2/s1 constant"])
+    for name in ("pes_celo2/s1 decayed", "shipped celo2_x, decayed step"):
+        assert [math.isnan(v) for v in series[name][:3]] == [True, True, False]
+        assert series[name][2] == pytest.approx(1.2)
+    figures.default_step_figure(summary, tmp_path / "drawn.png")  # draws with the gaps

@@ -61,13 +61,40 @@ def test_the_decayed_step_is_shipped_when_the_rule_chose_it(tmp_path, package):
     assert record["summary"].startswith("A small_fc. It ships with a warm-up + cosine decay")
     # The report still compares the schedules of the weights item 4 was about, also once
     # `evaluate.py shipped` has set the old weights' results aside.
-    for key in KEYS:
+    for i, key in enumerate(KEYS):  # as `set_aside_stale` names them, a second one `-2`
         path = results / "evaluation" / "shipped" / "sfc" / f"{key}.json"
-        path.replace(path.with_name(f"{path.name}.stale-{digest[:12]}"))
+        path.replace(path.with_name(f"{path.name}.stale-{digest[:12]}{'-2' if i else ''}"))
     summary = report.summarise(results)
     assert summary["shipped_decayed"]["sfc"]["schedule"] == "decayed"
     assert summary["shipped_decayed"]["sfc"]["judged"] == len(KEYS)
     assert summary["shipped"]["sfc"]["status"] == "pending"  # until remade with the new weights
+    entry = summary["shipped_decayed"]["sfc"]
+    assert entry["reshipped"] and entry["weights_sha256"] == digest
+    # A second run changes nothing.
+    reshipped = (package / "sfc.eqx").read_bytes(), (package / "sfc.json").read_text()
+    with pytest.raises(SystemExit, match="was re-shipped with the decayed step at"):
+        reship_schedule.reship(results, "sfc", package)
+    assert ((package / "sfc.eqx").read_bytes(), (package / "sfc.json").read_text()) == reshipped
+
+
+def test_a_reship_killed_after_its_record_is_finished_by_running_it_again(
+    tmp_path, package, monkeypatch
+):
+    results = _results(tmp_path / "results", constant_val=2.0, decayed_val=1.2)
+    weights = (package / "sfc.eqx").read_bytes()
+
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reship_schedule.elo, "save_optimizer", killed)
+    with pytest.raises(KeyboardInterrupt):
+        reship_schedule.reship(results, "sfc", package)
+    assert (package / "sfc.eqx").read_bytes() == weights  # the record is written, not these
+    monkeypatch.undo()
+    monkeypatch.setattr(shipped_report, "PRETRAINED", package)
+    record = reship_schedule.reship(results, "sfc", package)
+    assert record["summary"].count("It ships with a warm-up") == 1
+    assert elo.load_optimizer(package / "sfc.eqx").use_cosine_schedule
 
 
 @pytest.mark.parametrize(
@@ -76,6 +103,8 @@ def test_the_decayed_step_is_shipped_when_the_rule_chose_it(tmp_path, package):
         ("no_report", "summary.json does not exist"),
         ("no_decayed", "the report has no decayed results of sfc"),
         ("constant", "item 4's rule gives sfc the constant schedule"),
+        ("partial", "with 11 of 14 cells judged: make the others first"),
+        ("other_weights", "is not what the report compared"),
     ],
 )
 def test_nothing_is_reshipped_unless_the_rule_chose_the_decayed_step(
@@ -84,6 +113,16 @@ def test_nothing_is_reshipped_unless_the_rule_chose_the_decayed_step(
     results = tmp_path / "results"
     if setup == "constant":
         _results(results, constant_val=1.2, decayed_val=1.2)
+    elif setup == "partial":
+        _results(results, constant_val=2.0, decayed_val=1.2)
+        for key in KEYS[:3]:
+            (results / "evaluation" / "shipped_decayed" / "sfc" / f"{key}.json").unlink()
+        report.report(results)
+    elif setup == "other_weights":
+        _results(results, constant_val=2.0, decayed_val=1.2)
+        summary = common.load_json(results / "summary.json")
+        summary["shipped_decayed"]["sfc"]["weights_sha256"] = "0" * 64
+        common.write_json(results / "summary.json", summary)
     elif setup == "no_decayed":
         results.mkdir()
         common.write_json(results / "summary.json", {"shipped_decayed": {}})
