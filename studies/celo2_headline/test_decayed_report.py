@@ -189,8 +189,14 @@ def _shipped_tree(root: Path, monkeypatch, constant_val: float, decayed_val: flo
     (package / "sfc.eqx").write_bytes(b'{"class": "SmallFC"}\nw')
     (package / "sfc.json").write_text("{}")
     monkeypatch.setattr(shipped_report, "PRETRAINED", package)
+    return write_shipped_results(root / "evaluation", constant_val, decayed_val)
+
+
+def write_shipped_results(evaluation: Path, constant_val: float, decayed_val: float) -> Path:
+    """AdamW's (validation and test 1.0) and the package's `sfc`'s constant (test 1.5 at
+    learning_rate=1) and decayed (1.1) results on every cell, with the given validation losses
+    at learning_rate=1, made with the package's weights; returns `evaluation`."""
     digest = shipped_report.weights_digest("sfc")
-    evaluation = root / "evaluation"
     for key in KEYS:
         _write(evaluation / "baselines/adamw" / f"{key}.json", _result(1.0, 1.0, 1.0, 1.0))
         constant = _result(constant_val, 0.9, 1.0, 1.5) | {"weights_sha256": digest}

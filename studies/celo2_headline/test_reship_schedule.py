@@ -12,7 +12,7 @@ import pytest
 import elo
 from studies import common
 from studies.celo2_headline import report, reship_schedule, settings, shipped_report
-from studies.celo2_headline.test_decayed_report import _result, _write, KEYS
+from studies.celo2_headline.test_decayed_report import KEYS, write_shipped_results
 
 
 @pytest.fixture
@@ -28,15 +28,7 @@ def package(tmp_path, monkeypatch) -> Path:
 
 def _results(root: Path, constant_val: float, decayed_val: float) -> Path:
     """AdamW, `sfc`'s constant and decayed results on every cell, then the report."""
-    digest = shipped_report.weights_digest("sfc")
-    evaluation = root / "evaluation"
-    for key in KEYS:
-        _write(evaluation / "baselines/adamw" / f"{key}.json", _result(1.0, 1.0, 1.0, 1.0))
-        constant = _result(constant_val, 0.9, 1.0, 1.5) | {"weights_sha256": digest}
-        _write(evaluation / "shipped" / "sfc" / f"{key}.json", constant)
-        decayed = _result(decayed_val, 0.9, 1.0, 1.1) | {"weights_sha256": digest}
-        decayed["lo_schedule"] = settings.DECAYED_SCHEDULE_SMALL_FC
-        _write(evaluation / "shipped_decayed" / "sfc" / f"{key}.json", decayed)
+    write_shipped_results(root / "evaluation", constant_val, decayed_val)
     report.report(root)
     return root
 
