@@ -5,10 +5,13 @@
 #
 # run from the repository root with the wheels the machine lacks in .whl/ (carried; see the
 # study's README). Three drivers share the chip (a lock per result), each working through its
-# list in the README's order until SECONDS have passed: (1) the selected checkpoints stacked per
-# architecture, then item 1's long horizon, then the final checkpoints; (2) the baselines; (3)
-# item 4's decayed schedule. Every 15 s the results made so far are packed into
-# $OUT/results.tar (one flat file: the tool does not bring back folders nested as deep as
+# list in the order of decision_rule.md's addendum of 2026-11-27 until SECONDS have passed:
+# (1) item 1's long horizon, then the final checkpoints, stacked per architecture; (2) the
+# shipped small_fc_mnist8 with its constant and its decayed step (item 4), then every shipped
+# optimizer's remaining cells; (3) the selected checkpoints not yet tuned (the small_fc main
+# runs', once summarised), item 4's decayed results of the Celo2 checkpoints, then the final
+# checkpoints. Every 15 s the results made so far are packed into $OUT/results.tar (one flat
+# file: the tool does not bring back folders nested as deep as
 # evaluation/runs/<arm>/s<seed>/best/), so a run cut short loses at most 15 s of them; unpack it
 # in studies/celo2_headline/results.
 set -u
@@ -26,10 +29,11 @@ evaluate() {  # one evaluate.py command, cut off at the deadline
     ((left > 0)) && timeout "$left" python3 -m studies.celo2_headline.evaluate \
         --results-dir "$results" "$@"
 }
-(evaluate runs --checkpoints selected --stack; evaluate horizon --stack;
-    evaluate runs --checkpoints final --stack) > "$OUT/runs.log" 2>&1 &
-evaluate baselines > "$OUT/baselines.log" 2>&1 &
-(sleep 20 && evaluate decayed) > "$OUT/decayed.log" 2>&1 &
+(evaluate horizon --stack; evaluate runs --checkpoints final --stack) > "$OUT/runs.log" 2>&1 &
+(evaluate shipped --optimizer small_fc_mnist8; evaluate shipped --decayed \
+    --optimizer small_fc_mnist8; evaluate shipped) > "$OUT/shipped.log" 2>&1 &
+(sleep 20 && evaluate runs --checkpoints selected --stack; evaluate decayed;
+    evaluate runs --checkpoints final --stack) > "$OUT/decayed.log" 2>&1 &
 pack() {
     (cd "$results" && find . -name '*.json' -newer "$marker" -print0 \
         | tar cf "$OUT/.results.tar" --null -T - && mv "$OUT/.results.tar" "$OUT/results.tar")
