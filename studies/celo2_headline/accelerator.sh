@@ -6,7 +6,8 @@
 # run from the repository root with the wheels the machine lacks in .whl/ (carried; see the
 # study's README). Three drivers share the chip (a lock per result), each working through its
 # list in the order of decision_rule.md's addendum of 2026-11-27 until SECONDS have passed:
-# (1) item 1's long horizon, then the final checkpoints, stacked per architecture; (2) the
+# (1) item 1's long horizon and the cell it adds, then the final checkpoints, stacked per
+# architecture; (2) the
 # shipped small_fc_mnist8 with its constant and its decayed step (item 4), then every shipped
 # optimizer's remaining cells; (3) the selected checkpoints not yet tuned (the small_fc main
 # runs', once summarised), item 4's decayed results of the Celo2 checkpoints, then the final
@@ -29,7 +30,8 @@ evaluate() {  # one evaluate.py command, cut off at the deadline
     ((left > 0)) && timeout "$left" python3 -m studies.celo2_headline.evaluate \
         --results-dir "$results" "$@"
 }
-(evaluate horizon --stack; evaluate runs --checkpoints final --stack) > "$OUT/runs.log" 2>&1 &
+(evaluate horizon --stack; evaluate added --stack; evaluate runs --checkpoints final --stack) \
+    > "$OUT/runs.log" 2>&1 &
 (evaluate shipped --optimizer small_fc_mnist8; evaluate shipped --decayed \
     --optimizer small_fc_mnist8; evaluate shipped) > "$OUT/shipped.log" 2>&1 &
 (sleep 20 && evaluate runs --checkpoints selected --stack; evaluate decayed;

@@ -5,6 +5,7 @@
     python -m studies.celo2_headline.evaluate horizon     # item 1: the small_fc study at 30K steps
     python -m studies.celo2_headline.evaluate shipped     # item 4: the optimizers elo ships
     python -m studies.celo2_headline.evaluate decayed     # item 4: Celo2 with a decayed step
+    python -m studies.celo2_headline.evaluate added       # the 30K cell item 1 added, if any
 
 `--task NAME` (repeatable) restricts any command to the cells of those tasks: the evaluation
 of a 2-core machine takes tens of hours, and this lets one working session finish a task's
@@ -16,7 +17,7 @@ cells for every optimizer before it starts another task's.
 `--optimizer NAME` (repeatable; for `shipped`) restricts it to those shipped optimizers, and
 `--decayed` (for `shipped`) tunes them with item 4's decayed schedule instead, into
 `shipped_decayed/<name>/` (decision_rule.md: item 4 for `small_fc_mnist8`).
-`--stack` (for `runs` and `horizon`) tunes the pending checkpoints of one architecture on a
+`--stack` (for `runs`, `horizon` and `added`) tunes the pending checkpoints of one architecture on a
 cell together, `--stack-max` at a time, in one compiled program (`elo.tune_many`): for an
 accelerator, where one tuning leaves the chip mostly idle. Each result records `stacked_with`
 (how many were tuned together), `group_seconds` (their wall time) and `seconds` (its share).
@@ -36,6 +37,11 @@ result's `default_test_loss`) beside the tuned one, which the report sets beside
 Each result records the SHA-256 of the weights it was made with; a result made with other
 weights is set aside (`<file>.stale-<digest[:12]>`) and made again, and the report ignores it.
 These results are reported beside the study, outside its decision rule.
+
+`added` tunes the baselines and every finished main run's selected checkpoint on the cell item 1
+added to the main evaluation (`horizon_report.py`: the task at 30K steps on which PES failed at
+the long horizon), into the usual `baselines/` and `runs/<arm>/s<seed>/best/` paths; it refuses
+while item 1 is undecided or added no cell. The report sets that cell beside the verdicts.
 
 `decayed` (item 4's investigation, `decision_rule.md`) tunes the selected checkpoint of every
 finished Celo2 main run again with the tuned baselines' schedule shape on its own rate
@@ -63,15 +69,13 @@ import numpy as np
 
 import elo
 from studies import common
-from studies.celo2_headline import settings, shipped_report, tasks
+from studies.celo2_headline import horizon_report, settings, shipped_report, tasks
 
 
 HERE = Path(__file__).parent
 BASELINES = settings.BASELINES
-# Item 1 of the study's issue: does PES degrade at horizons far beyond its training? The small_fc
-# study's validation-selected PES and ELO checkpoints on two held-out tasks at 30K steps.
-LONG_HORIZON = 30_000
-LONG_HORIZON_TASKS = ("mlp-w128-d3_fashionmnist-8x8x1", "mlp-w64-d2_cifar10-8x8x3")
+LONG_HORIZON = settings.LONG_HORIZON
+LONG_HORIZON_TASKS = settings.LONG_HORIZON_TASKS
 SMALL_FC_STUDY = HERE.parent / "ablation_small_fc" / "results" / "runs"
 
 
@@ -397,10 +401,35 @@ def run_long_horizon(out: Path, only: Sequence[str] | None = None, stack: int = 
             f"{arm}_s{seed}",
             elo.load_optimizer(SMALL_FC_STUDY / arm / f"s{seed}" / "best_optimizer.eqx"),
         )
-        for seed in range(5)
-        for arm in ("pes", "elo")
+        for seed in settings.LONG_HORIZON_SEEDS
+        for arm in settings.LONG_HORIZON_ARMS
     ]
     tune_cells(items, out / "horizon", long_cells, stack)
+
+
+def added_cell(out: Path) -> tuple[str, int]:
+    """The cell item 1 added to the main evaluation, from the results under `out`/horizon;
+    exits with the reason while item 1 is undecided or added none."""
+    added = horizon_report.summarise(out)["added_cell"]
+    if not added["decided"]:
+        raise SystemExit(
+            "Item 1 is not decided yet: run `evaluate.py horizon` until every PES checkpoint "
+            "has its 30K result (or one of them settles it), then `report`."
+        )
+    if added["task"] is None:
+        raise SystemExit("Item 1 added no cell: PES held at the long horizon; 30K stays out.")
+    return added["task"], settings.LONG_HORIZON
+
+
+def run_added(out: Path, results: Path, stack: int = 0) -> None:
+    task, horizon = added_cell(out)
+    for name in BASELINES:
+        tune_cached(out / "baselines" / name / f"{task}@{horizon}.json", name, task, horizon)
+    items = [
+        (f"{run.parent.name}/{run.name}/best", elo.load_optimizer(run / "best_optimizer.eqx"))
+        for run in main_runs(results, None, None)
+    ]
+    tune_cells(items, out / "runs", [(task, horizon)], stack)
 
 
 def installed_weights_digest(name: str) -> str:
@@ -477,7 +506,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=("baselines", "runs", "horizon", "shipped", "decayed"))
+    parser.add_argument(
+        "command", choices=("baselines", "runs", "horizon", "shipped", "decayed", "added")
+    )
     parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
     parser.add_argument(
         "--checkpoints",
@@ -488,7 +519,7 @@ def main() -> None:
     parser.add_argument(
         "--stack",
         action="store_true",
-        help="runs/horizon: tune each architecture's checkpoints together per cell (accelerators)",
+        help="runs/horizon/added: tune each architecture's checkpoints together per cell (GPUs)",
     )
     parser.add_argument(
         "--stack-max",
@@ -528,8 +559,10 @@ def main() -> None:
         parser.error("--decayed applies to `shipped` only (`decayed` is the Celo2 main runs')")
     if args.run is not None and args.command not in ("runs", "decayed"):
         parser.error("--run applies to `runs` and `decayed` only")
-    if args.stack and args.command not in ("runs", "horizon"):
-        parser.error("--stack applies to `runs` and `horizon` only")
+    if args.stack and args.command not in ("runs", "horizon", "added"):
+        parser.error("--stack applies to `runs`, `horizon` and `added` only")
+    if only is not None and args.command == "added":
+        parser.error("--task does not apply to `added`: item 1 decides its one cell")
     if args.stack_max < 1:
         parser.error(f"--stack-max must be a positive integer, got {args.stack_max}")
     stack = args.stack_max if args.stack else 0
@@ -556,6 +589,8 @@ def main() -> None:
             run_shipped(out, only, args.optimizer, args.decayed)
         elif args.command == "decayed":
             run_decayed(out, results, only, args.run)
+        elif args.command == "added":
+            run_added(out, results, stack)
         else:
             run_long_horizon(out, only, stack)
 

@@ -16,7 +16,9 @@ Beside the study, not part of its rule: the optimizers shipped in the package
 (`shipped/<name>/<task>@<horizon>.json`, from `evaluate.py shipped`), each one's test loss at
 `learning_rate=1` and tuned, as ratios to tuned AdamW; and item 4's investigation
 (`decayed/<arm>/s<seed>/best/<task>@<horizon>.json`, from `evaluate.py decayed`, read by
-`decayed_report.py`). They enter no verdict and neither the expected nor the present count of
+`decayed_report.py`); and item 1, the small_fc study's checkpoints at 30K steps
+(`horizon/<name>/<task>@30000.json`, from `evaluate.py horizon`, read by `horizon_report.py`).
+They enter no verdict and neither the expected nor the present count of
 the status line.
 
 Conventions (those of the README's protocol):
@@ -43,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from studies import common
-from studies.celo2_headline import decayed_report, settings, shipped_report
+from studies.celo2_headline import decayed_report, horizon_report, settings, shipped_report
 from studies.celo2_headline.report_markdown import markdown
 
 
@@ -336,6 +338,7 @@ def summarise(root: Path) -> dict[str, Any]:
     results = collect(root / "evaluation")
     expected = expected_paths()
     table = {k: cell_table(results, k) for k in keys()}
+    item1 = horizon_report.summarise(root / "evaluation")
     return {
         "status": status_line(len(results), len(expected)),
         "present": len(results),
@@ -348,10 +351,28 @@ def summarise(root: Path) -> dict[str, Any]:
         "shipped": shipped_report.summarise(root / "evaluation", table),
         "decayed": decayed_report.summarise(root / "evaluation", results, keys()),
         "shipped_decayed": shipped_report.decayed(root / "evaluation", results, keys()),
+        "item1": item1,
+        "item1_added": added_cell(root / "evaluation", item1),
         "grid_edges": grid_edges(results),
         "cells": table,
         "provenance": provenance(results, root),
     }
+
+
+def added_cell(evaluation: Path, item1: dict[str, Any]) -> dict[str, Any] | None:
+    """The cell item 1 added to the main evaluation (`horizon_report.added_cell`), reported
+    beside the verdicts and in none of them: its key, its row as `cell_table` makes it from the
+    baselines' and the selected checkpoints' results present (`evaluate.py added`), and how many
+    of them are; None while no cell is added."""
+    task = item1["added_cell"]["task"]
+    if task is None:
+        return None
+    key = cell_key((task, settings.LONG_HORIZON))
+    paths = [f"baselines/{b}/{key}.json" for b in settings.BASELINES]
+    paths += [f"runs/{a}/s{s}/best/{key}.json" for a in ARMS for s in settings.MAIN_SEEDS]
+    found = {p: common.load_json(evaluation / p) for p in paths if (evaluation / p).is_file()}
+    row = cell_table(found, key)
+    return {"key": key, "present": len(found), "expected": len(paths), "row": row}
 
 
 def grid_edges(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

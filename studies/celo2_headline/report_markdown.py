@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from studies import common
-from studies.celo2_headline import decayed_report, settings, shipped_report
+from studies.celo2_headline import decayed_report, horizon_report, settings, shipped_report
 
 
 ARMS = tuple(settings.ARMS)
@@ -47,12 +47,12 @@ def _label(arm: str) -> str:
     return settings.ARMS[arm].label
 
 
-def _values_table(summary) -> list[str]:
+def _values_table(cells: dict[str, Any]) -> list[str]:
     header = ["cell", "AdamW (lr)", "Muon (lr)", "SGD (lr)", *map(_label, ARMS)]
     rows = [
         [k, *(_baseline_text(row[b]) for b in settings.BASELINES)]
         + [_arm_text(row["arms"][a]["best"]) for a in ARMS]
-        for k, row in summary["cells"].items()
+        for k, row in cells.items()
     ]
     return common.md_table(header, rows)
 
@@ -70,11 +70,11 @@ def _per_seed_table(summary, checkpoint: str) -> list[str]:
     return common.md_table(header, rows)
 
 
-def _ratio_table(summary, reference: str) -> list[str]:
+def _ratio_table(cells: dict[str, Any], reference: str) -> list[str]:
     header = ["cell", *map(_label, ARMS)]
     rows = [
         [k, *(_pm(row["arms"][a]["best"][f"ratio_{reference}"]) for a in ARMS)]
-        for k, row in summary["cells"].items()
+        for k, row in cells.items()
     ]
     return common.md_table(header, rows)
 
@@ -127,6 +127,20 @@ def _shipped_decayed_lines(summary) -> list[str]:
         label = f"**shipped `{name}`** (constant: {constant}; decayed: `{schedule}`{stale})"
         lines += decayed_report.run_block(label, entry)
     return lines
+
+
+def _added_cell_lines(added: dict[str, Any] | None) -> list[str]:
+    """Item 1's added cell (`report.added_cell`): tuned values and ratios to tuned AdamW."""
+    if added is None:
+        return []
+    cells = {added["key"]: added["row"]}
+    return [
+        f"The added cell, evaluated as every other (selected checkpoints; {added['present']} of "
+        f"{added['expected']} results present), beside the verdicts and in none of them:",
+        "",
+        *_values_table(cells),
+        *_ratio_table(cells, "adamw"),
+    ]
 
 
 def _so_far(verdict: str, complete: int, of: int) -> str:
@@ -214,7 +228,7 @@ def markdown(summary: dict[str, Any]) -> str:
         *_verdict_lines(summary),
         "### Tuned values (selected checkpoints)",
         "",
-        *_values_table(summary),
+        *_values_table(summary["cells"]),
         "### Per meta-training seed (selected checkpoints)",
         "",
         *_per_seed_table(summary, "best"),
@@ -223,10 +237,10 @@ def markdown(summary: dict[str, Any]) -> str:
         *_per_seed_table(summary, "final"),
         "### Ratio to tuned AdamW (per seed; mean ± 95% t-interval over meta-seeds)",
         "",
-        *_ratio_table(summary, "adamw"),
+        *_ratio_table(summary["cells"], "adamw"),
         "### Ratio to tuned Muon (per seed; mean ± 95% t-interval over meta-seeds)",
         "",
-        *_ratio_table(summary, "muon"),
+        *_ratio_table(summary["cells"], "muon"),
         "### H2: ELO-Celo2 − PES-Celo2, paired over meta-seeds",
         "",
         *_h2_table(summary),
@@ -249,6 +263,10 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
         *decayed_report.markdown(summary["decayed"]),
         *_shipped_decayed_lines(summary),
+        "### Item 1: the long horizon (reported beside the verdicts)",
+        "",
+        *horizon_report.markdown(summary["item1"]),
+        *_added_cell_lines(summary["item1_added"]),
         "### Choices at an end of the sweep",
         "",
         "Tuned values chosen at the lowest or highest point of their 7-value grid (study "

@@ -126,6 +126,15 @@ DEFAULT_TOLERANCE = 1.25
 PENDING = "pending"
 
 
+# Item 1 of the study's issue: does PES degrade at horizons far beyond its training? The small_fc
+# study's validation-selected PES and ELO checkpoints (seeds 0-4) on two held-out tasks at 30K
+# steps (decision_rule.md, item 1). The report reads these without importing `elo`.
+LONG_HORIZON = 30_000
+LONG_HORIZON_TASKS = ("mlp-w128-d3_fashionmnist-8x8x1", "mlp-w64-d2_cifar10-8x8x3")
+LONG_HORIZON_ARMS = ("pes", "elo")
+LONG_HORIZON_SEEDS = (0, 1, 2, 3, 4)
+
+
 def cells() -> list[tuple[str, int]]:
     """Every held-out (task, horizon) of the protocol, in a fixed order."""
     out = [(t, h) for t in HELD_OUT_IMAGE for h in HORIZONS]

@@ -479,6 +479,46 @@ def test_checkpoints_selected_evaluates_only_each_runs_selected_checkpoint(tmp_p
     assert [lo for _, lo in tuned] == ["best_optimizer.eqx"] * 2 + ["final_optimizer.eqx"] * 2
 
 
+def _horizon_result(path: Path, curve: list[float]) -> None:
+    """An item-1 result at 30K steps whose chosen setting's test-loss curve is `curve`."""
+    sweep = [{"value": 1.0, "validation_loss": 1.0, "test_loss": curve[-1]}]
+    steps = [3000 * k for k in range(len(curve))]
+    data = {"value": 1.0, "selected": 0, "test_loss": curve[-1], "diverged": False}
+    common.write_json(path, data | {"sweep": sweep, "steps": steps, "test_loss_curve": curve})
+
+
+def test_added_tunes_the_baselines_and_selected_checkpoints_on_item_1s_cell_only(
+    tmp_path, monkeypatch
+):
+    from studies.celo2_headline import evaluate
+
+    fashion, cifar = settings.LONG_HORIZON_TASKS
+    monkeypatch.setattr(sys, "argv", ["evaluate", "added", "--results-dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="Item 1 is not decided"):
+        evaluate.main()
+    horizon = tmp_path / "evaluation" / "horizon"
+    for task in (fashion, cifar):
+        for seed in settings.LONG_HORIZON_SEEDS:
+            _horizon_result(horizon / f"pes_s{seed}" / f"{task}@30000.json", [2.0, 1.0, 1.0])
+    with pytest.raises(SystemExit, match="added no cell"):
+        evaluate.main()
+    for seed in range(3):  # PES rises late (+20%) on three checkpoints on Fashion-MNIST
+        _horizon_result(horizon / f"pes_s{seed}" / f"{fashion}@30000.json", [2.0, 1.0, 1.2])
+    common.write_json(tmp_path / "main" / "pes_celo2" / "s0" / "meta.json", {})
+    monkeypatch.setattr(evaluate.elo, "load_optimizer", lambda path: path.name)
+    tuned = []
+    monkeypatch.setattr(evaluate, "tune_cached", lambda path, lo, *_: tuned.append((path, lo)))
+    evaluate.main()
+    evaluation = tmp_path / "evaluation"
+    assert [(p.relative_to(evaluation), lo) for p, lo in tuned] == [
+        *((Path(f"baselines/{b}/{fashion}@30000.json"), b) for b in evaluate.BASELINES),
+        (Path(f"runs/pes_celo2/s0/best/{fashion}@30000.json"), "best_optimizer.eqx"),
+    ]
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--task", fashion])
+    with pytest.raises(SystemExit):  # item 1 decides the cell
+        evaluate.main()
+
+
 def test_decayed_tunes_each_celo2_runs_selected_checkpoint_with_the_decayed_step(
     tmp_path, monkeypatch
 ):
