@@ -7,12 +7,11 @@
 # study's README). Three drivers share the chip (a lock per result), each working through its
 # list in the order of decision_rule.md's addendum of 2026-11-27 until SECONDS have passed:
 # (1) item 1's long horizon and the cell it adds, then the final checkpoints, stacked per
-# architecture; (2) the
-# shipped small_fc_mnist8 with its constant and its decayed step (item 4), then every shipped
-# optimizer's remaining cells; (3) the selected checkpoints not yet tuned (the small_fc main
-# runs', once summarised), item 4's decayed results of the Celo2 checkpoints, then the final
-# checkpoints. Every 15 s the results made so far are packed into $OUT/results.tar (one flat
-# file: the tool does not bring back folders nested as deep as
+# architecture; (2) the shipped small_fc_mnist8 with its constant and its decayed step (item 4),
+# then every shipped optimizer's remaining cells; (3) the selected checkpoints not yet tuned (the
+# small_fc main runs', once summarised), item 4's decayed results of the Celo2 checkpoints, then
+# the final checkpoints. Every 15 s the results made so far are packed into $OUT/results.tar (one
+# flat file: the tool does not bring back folders nested as deep as
 # evaluation/runs/<arm>/s<seed>/best/), so a run cut short loses at most 15 s of them; unpack it
 # in studies/celo2_headline/results.
 set -u
