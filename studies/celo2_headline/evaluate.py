@@ -13,7 +13,9 @@ cells for every optimizer before it starts another task's.
 
 `--checkpoints selected|final` (for `runs`) evaluates only the selected (or final) checkpoints.
 `--run ARM/sSEED` (repeatable; for `runs` and `decayed`) restricts them to those main runs, e.g.
-`--run pes_celo2/s1`: the checkpoint the rule ships, whose cells `ship.py` needs before the rest.
+`--run pes_celo2/s1`: the checkpoint the rule ships, whose cells `ship.py` needs before the rest;
+for `horizon`, to those of the small_fc study's checkpoints (`pes/s0` ... `elo/s4`), AdamW
+still tuned: a check of one result on another device (`cross_device.py`).
 `--optimizer NAME` (repeatable; for `shipped`) restricts it to those shipped optimizers, and
 `--decayed` (for `shipped`) tunes them with item 4's decayed schedule instead, into
 `shipped_decayed/<name>/` (decision_rule.md: item 4 for `small_fc_mnist8`).
@@ -387,13 +389,33 @@ def run_decayed(
             tune_cached(path, lo, task, horizon, required=required)
 
 
-def run_long_horizon(out: Path, only: Sequence[str] | None = None, stack: int = 0) -> None:
+def long_horizon_checkpoints(only_runs: Sequence[str] | None) -> list[tuple[str, int]]:
+    """Item 1's small_fc study checkpoints as (arm, seed), seeds first (so that stacked groups
+    of six hold seeds 0-2 of both arms); with `only_runs`, those it names as `<arm>/s<seed>`,
+    refusing a name that is not one of them."""
+    every = [(a, s) for s in settings.LONG_HORIZON_SEEDS for a in settings.LONG_HORIZON_ARMS]
+    if only_runs is None:
+        return every
+    names = {f"{a}/s{s}": (a, s) for a, s in every}
+    unknown = sorted(set(only_runs) - set(names))
+    if unknown:
+        raise SystemExit(f"--run {unknown[0]!r} is not a checkpoint of item 1: {', '.join(names)}.")
+    return [c for c in every if f"{c[0]}/s{c[1]}" in only_runs]
+
+
+def run_long_horizon(
+    out: Path,
+    only: Sequence[str] | None = None,
+    stack: int = 0,
+    only_runs: Sequence[str] | None = None,
+) -> None:
     if only is not None:
         cells(only)  # refuses a task the study does not hold out
     long_cells = [(t, LONG_HORIZON) for t in LONG_HORIZON_TASKS if only is None or t in only]
     if not long_cells:
         log(f"no 30K cell among {list(only or ())}: item 1 uses {', '.join(LONG_HORIZON_TASKS)}")
         return
+    checkpoints = long_horizon_checkpoints(only_runs)
     for task, horizon in long_cells:
         tune_cached(out / "horizon" / "adamw" / f"{task}@{horizon}.json", "adamw", task, horizon)
     items = [
@@ -401,8 +423,7 @@ def run_long_horizon(out: Path, only: Sequence[str] | None = None, stack: int = 
             f"{arm}_s{seed}",
             elo.load_optimizer(SMALL_FC_STUDY / arm / f"s{seed}" / "best_optimizer.eqx"),
         )
-        for seed in settings.LONG_HORIZON_SEEDS
-        for arm in settings.LONG_HORIZON_ARMS
+        for arm, seed in checkpoints
     ]
     tune_cells(items, out / "horizon", long_cells, stack)
 
@@ -538,7 +559,7 @@ def main() -> None:
         "--run",
         action="append",
         metavar="ARM/sSEED",
-        help="runs/decayed: only this main run (repeatable, e.g. pes_celo2/s1; default: every one)",
+        help="runs/decayed: this main run (e.g. pes_celo2/s1); horizon: this checkpoint (pes/s0)",
     )
     parser.add_argument(
         "--decayed",
@@ -557,8 +578,8 @@ def main() -> None:
         parser.error("--optimizer applies to `shipped` only")
     if args.decayed and args.command != "shipped":
         parser.error("--decayed applies to `shipped` only (`decayed` is the Celo2 main runs')")
-    if args.run is not None and args.command not in ("runs", "decayed"):
-        parser.error("--run applies to `runs` and `decayed` only")
+    if args.run is not None and args.command not in ("runs", "decayed", "horizon"):
+        parser.error("--run applies to `runs`, `decayed` and `horizon` only")
     if args.stack and args.command not in ("runs", "horizon", "added"):
         parser.error("--stack applies to `runs`, `horizon` and `added` only")
     if only is not None and args.command == "added":
@@ -592,7 +613,7 @@ def main() -> None:
         elif args.command == "added":
             run_added(out, results, stack)
         else:
-            run_long_horizon(out, only, stack)
+            run_long_horizon(out, only, stack, args.run)
 
 
 if __name__ == "__main__":

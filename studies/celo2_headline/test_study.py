@@ -487,6 +487,27 @@ def _horizon_result(path: Path, curve: list[float]) -> None:
     common.write_json(path, data | {"sweep": sweep, "steps": steps, "test_loss_curve": curve})
 
 
+def test_run_restricts_horizon_to_the_named_checkpoints_and_still_tunes_adamw(
+    tmp_path, monkeypatch
+):
+    from studies.celo2_headline import evaluate
+
+    every = evaluate.long_horizon_checkpoints(None)
+    assert every[:6] == [(a, s) for s in (0, 1, 2) for a in ("pes", "elo")]  # seeds 0-2 first
+    with pytest.raises(SystemExit, match="'pes/s9' is not a checkpoint of item 1"):
+        evaluate.long_horizon_checkpoints(["pes/s9"])
+    monkeypatch.setattr(evaluate.elo, "load_optimizer", lambda path: path)
+    monkeypatch.setattr(evaluate, "SMALL_FC_STUDY", tmp_path)
+    tuned = []
+    monkeypatch.setattr(evaluate, "tune_cached", lambda path, *_: tuned.append(path))
+    task = settings.LONG_HORIZON_TASKS[1]
+    evaluate.run_long_horizon(tmp_path, [task], only_runs=["elo/s3"])
+    assert [p.relative_to(tmp_path) for p in tuned] == [
+        Path(f"horizon/adamw/{task}@30000.json"),
+        Path(f"horizon/elo_s3/{task}@30000.json"),
+    ]
+
+
 def test_added_tunes_the_baselines_and_selected_checkpoints_on_item_1s_cell_only(
     tmp_path, monkeypatch
 ):
