@@ -84,16 +84,18 @@ def fails(entry: dict[str, Any]) -> bool:
 
 
 def arm_summary(entries: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """One arm on one task: counts over its checkpoints and the ratio to tuned AdamW as mean and
-    95% t-interval over the seeds present."""
+    """One arm on one task: counts over its checkpoints, the ratio to tuned AdamW as mean and
+    95% t-interval over the seeds present, and the mean late rise (nan or inf where one is)."""
     ratios = np.asarray([e["ratio_to_adamw"] for e in entries.values()], np.float64)
     mean, half = common.t_interval(ratios) if len(ratios) else (math.nan, math.nan)
+    rises = [e["late_rise"] for e in entries.values()]
     return {
         "present": len(entries),
         "diverged": sum(e["diverged"] for e in entries.values()),
         "rise_late": sum(e["rises_late"] for e in entries.values()),
         "failing": sum(fails(e) for e in entries.values()),
         "ratio_to_adamw": {"mean": mean, "ci95": half},
+        "late_rise_mean": float(np.mean(rises)) if rises else math.nan,
     }
 
 
@@ -192,7 +194,7 @@ def markdown(item1: dict[str, Any]) -> list[str]:
                 f"- {arm.upper()}: {s['present']} of {len(settings.LONG_HORIZON_SEEDS)} "
                 f"checkpoints; × AdamW {common.fmt_value(ratio['mean'])} ± "
                 f"{common.fmt_value(ratio['ci95'])}; {s['diverged']} diverged, "
-                f"{s['rise_late']} rose late"
+                f"{s['rise_late']} rose late; mean late rise {_percent(s['late_rise_mean'])}"
             )
         lines += ["", f"PES at the long horizon on this task: **{entry['pes_verdict']}**.", ""]
     added = item1["added_cell"]

@@ -135,6 +135,7 @@ def test_ratios_to_adamw_and_grid_ends_are_reported(tmp_path):
     assert entry["checkpoints"]["pes_s0"]["grid_end"] == "lowest"
     assert entry["checkpoints"]["pes_s1"]["grid_end"] == "highest"
     assert entry["arms"]["pes"]["ratio_to_adamw"]["mean"] == pytest.approx(0.8)
+    assert entry["arms"]["pes"]["late_rise_mean"] == 0.0
 
 
 def test_the_report_carries_item1_and_its_markdown(tmp_path):
@@ -146,3 +147,4 @@ def test_the_report_carries_item1_and_its_markdown(tmp_path):
     assert "### Item 1: the long horizon" in page
     assert f"`{FASHION}@{settings.LONG_HORIZON}`" in page
     assert "+20.0% (low at 6000)" in page
+    assert "3 rose late; mean late rise +12.0%" in page
