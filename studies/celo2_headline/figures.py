@@ -16,6 +16,10 @@ writes into DIR/figures/ (and, with `--docs-images`, copies for the Results page
   judged (so far the checkpoint the rule ships), each shipped optimizer as shipped, and each
   one's decayed step where `evaluate.py shipped --decayed` made it.
 
+- `long_horizon.png`: item 1, the chosen setting's test-loss curve over 30K steps of each of
+  the small_fc study's PES and ELO checkpoints and of tuned AdamW, per task: the late rise the
+  rule measures is the curve's last point above its lowest.
+
 `figures.json` beside them records the commit, jax version and device count of the drawing and
 the report commit of the summary they were drawn from.
 """
@@ -256,6 +260,34 @@ def default_step_figure(summary: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def long_horizon_figure(item1: dict[str, Any], path: Path) -> Path:
+    """`long_horizon.png`: item 1's test-loss curves (`horizon_report.py`), a panel per task."""
+    plt = _pyplot()
+    tasks = item1["tasks"]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
+    colors = {"pes": ARM_COLORS["pes_small_fc"], "elo": ARM_COLORS["elo_small_fc"]}
+    for ax, (task, entry) in zip(axes[0], tasks.items()):
+        for name, e in entry["checkpoints"].items():
+            arm = name.split("_s")[0]
+            loss = [math.nan if v is None else v for v in e["curve"]["test_loss"]]
+            label = f"{arm.upper()} (small_fc study)" if name.endswith("_s0") else None
+            ax.plot(e["curve"]["steps"], loss, color=colors[arm], lw=1, alpha=0.8, label=label)
+        if entry["adamw"] is not None:
+            curve = entry["adamw"]["curve"]
+            loss = [math.nan if v is None else v for v in curve["test_loss"]]
+            ax.plot(curve["steps"], loss, color="black", lw=2, label="tuned AdamW")
+        ax.set_title(f"{task} ({entry['pes_verdict']} for PES)", fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_ylabel("test loss of the chosen setting")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"Item 1: {item1['horizon']:,} steps (mean over evaluation seeds)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def figures(results: Path, docs_images: Path | None = None) -> list[Path]:
     """Draw every figure into `results`/figures (and copy them to `docs_images`)."""
     summary = common.load_json(results / "summary.json")
@@ -265,6 +297,7 @@ def figures(results: Path, docs_images: Path | None = None) -> list[Path]:
         ratios_figure(summary, out / "ratios.png"),
         selection_figure(finished_runs(results), out / "selection_checks.png"),
         default_step_figure(summary, out / "default_step.png"),
+        long_horizon_figure(summary["item1"], out / "long_horizon.png"),
     ]
     record = {
         "figures": [p.name for p in paths],

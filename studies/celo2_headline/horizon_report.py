@@ -60,7 +60,7 @@ def curve_rise(curve: Sequence[float | None]) -> dict[str, Any]:
 def checkpoint_entry(data: dict[str, Any], adamw: dict[str, Any] | None) -> dict[str, Any]:
     """One tuned optimizer at 30K steps: its chosen value (and `grid_end`, "lowest" or "highest"
     where it is an end of the sweep), its test loss, the ratio to tuned AdamW's, whether it
-    diverged, and its chosen value's late rise."""
+    diverged, its chosen value's late rise and its test-loss curve (`figures.py` draws it)."""
     shape = curve_rise(data["test_loss_curve"])
     steps = data["steps"]
     test = common.nan_if_none(data["test_loss"])
@@ -75,6 +75,7 @@ def checkpoint_entry(data: dict[str, Any], adamw: dict[str, Any] | None) -> dict
         "late_rise": shape["rise"],
         "lowest_step": None if shape["lowest_index"] is None else steps[shape["lowest_index"]],
         "rises_late": shape["rise"] > LATE_RISE,  # nan: False; inf: True
+        "curve": {"steps": steps, "test_loss": data["test_loss_curve"]},
     }
 
 

@@ -31,7 +31,7 @@ def test_the_figures_are_drawn_from_the_summary_and_recorded(tmp_path):
     report.report(tmp_path)
     docs = tmp_path / "docs_images"
     paths = figures.figures(tmp_path, docs)
-    names = ["ratios.png", "selection_checks.png", "default_step.png"]
+    names = ["ratios.png", "selection_checks.png", "default_step.png", "long_horizon.png"]
     assert [p.name for p in paths] == names
     for name in names:
         drawn = (tmp_path / "figures" / name).read_bytes()
@@ -90,3 +90,27 @@ def test_the_series_are_nan_where_a_value_is_missing_or_diverged(tmp_path):
         assert [math.isnan(v) for v in series[name][:3]] == [True, True, False]
         assert series[name][2] == pytest.approx(1.2)
     figures.default_step_figure(summary, tmp_path / "drawn.png")  # draws with the gaps
+
+
+def test_item_1s_curves_are_drawn_from_the_summary(tmp_path, monkeypatch):
+    from studies.celo2_headline import test_horizon_report as item1
+
+    _tree(tmp_path)
+    fashion, cifar = settings.LONG_HORIZON_TASKS
+    pes = [item1._result(item1.RISING)] * 3 + [item1._result(item1.FLAT)] * 2
+    item1._tree(tmp_path, {fashion: pes, cifar: pes}, elo=[item1._result(item1.FLAT)] * 5)
+    summary = report.report(tmp_path)
+    drawn = []
+    figures._pyplot()  # the Agg backend, before matplotlib.axes is imported here
+    import matplotlib.axes
+
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "plot",
+        lambda self, x, y, **kw: drawn.append((list(x), list(y), kw.get("color"))),
+    )
+    figures.long_horizon_figure(summary["item1"], tmp_path / "long.png")
+    assert (tmp_path / "long.png").read_bytes().startswith(b"\x89PNG")
+    assert len(drawn) == 2 * (5 + 5 + 1)  # two tasks: five PES, five ELO, AdamW
+    assert drawn[0] == (item1.STEPS, item1.RISING, figures.ARM_COLORS["pes_small_fc"])
+    assert drawn[-1][2] == "black"
