@@ -276,6 +276,15 @@ def long_horizon_figure(item1: dict[str, Any], path: Path) -> Path:
             curve = entry["adamw"]["curve"]
             loss = [math.nan if v is None else v for v in curve["test_loss"]]
             ax.plot(curve["steps"], loss, color="black", lw=2, label="tuned AdamW")
+        late = [  # the curves from their first check on: the step-0 loss would flatten them
+            v
+            for e in [*entry["checkpoints"].values(), entry["adamw"]]
+            if e is not None
+            for v in e["curve"]["test_loss"][1:]
+            if _finite(v)
+        ]
+        if late:
+            ax.set_ylim(0.97 * min(late), 1.03 * max(late))
         ax.set_title(f"{task} ({entry['pes_verdict']} for PES)", fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylabel("test loss of the chosen setting")
