@@ -25,7 +25,8 @@ def git_commit() -> str:
 
 
 def environment() -> dict[str, Any]:
-    """The code and machine a result is produced with: commit, jax version, devices, CPU."""
+    """The code and machine a result is produced with: commit, jax version, devices (their
+    count, backend and kind), CPU."""
     import jax
 
     return {
@@ -33,6 +34,7 @@ def environment() -> dict[str, Any]:
         "jax": jax.__version__,
         "devices": jax.device_count(),
         "platform": jax.default_backend(),
+        "device_kind": jax.devices()[0].device_kind,  # e.g. "NVIDIA H200"; "cpu" on the CPU
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
