@@ -3,11 +3,12 @@
     python -m studies.celo2_headline.cross_device REFERENCE_DIR OTHER_DIR [--out FILE]
 
 Both directories are `--results-dir`s of `evaluate.py` (or their `evaluation/` folders). Every
-result file present in both is compared: whether the same value was chosen on validation, the
-chosen value's test loss in each and their relative difference, and the largest relative
-difference of any swept value's test loss. Each side's `environment` (commit, jax, platform,
-processor) is recorded beside it, so the comparison says what moved between what. Writes FILE
-(default: results/cross_device.json) and prints one line per result.
+result file present in both is compared: whether the same values were swept and the same one
+chosen on validation, the chosen value's test loss in each and their relative difference, and
+the largest relative difference of any swept value's test loss. Each side's `environment`
+(commit, jax, platform, device kind, processor) is recorded beside it, so the comparison says
+what moved between what. Writes FILE (default: results/cross_device.json) and prints one line
+per result.
 """
 
 import argparse
@@ -42,7 +43,9 @@ def compare(reference: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
         relative(a["test_loss"], b["test_loss"]) for a, b in zip(reference["sweep"], other["sweep"])
     ]
     finite = [d for d in sweep if math.isfinite(d)]
+    swept = [[v["value"] for v in r["sweep"]] for r in (reference, other)]
     return {
+        "same_values": swept[0] == swept[1],
         "same_choice": reference["selected"] == other["selected"],
         "values": [reference["value"], other["value"]],
         "test_losses": [reference["test_loss"], other["test_loss"]],
@@ -89,6 +92,9 @@ def main() -> None:
         },
     )
     for name, c in found.items():
+        if not c["same_values"]:
+            print(f"{name}: DIFFERENT swept values: not the same evaluation")
+            continue
         print(
             f"{name}: choice {'same' if c['same_choice'] else 'DIFFERENT'} {c['values']}, "
             f"test loss {c['test_losses'][0]} vs {c['test_losses'][1]} (relative difference "

@@ -42,8 +42,9 @@ These results are reported beside the study, outside its decision rule.
 
 `added` tunes the baselines and every finished main run's selected checkpoint on the cell item 1
 added to the main evaluation (`horizon_report.py`: the task at 30K steps on which PES failed at
-the long horizon), into the usual `baselines/` and `runs/<arm>/s<seed>/best/` paths; it refuses
-while item 1 is undecided or added no cell. The report sets that cell beside the verdicts.
+the long horizon), into the usual `baselines/` and `runs/<arm>/s<seed>/best/` paths (AdamW's is
+item 1's own result there, copied and marked `copied_from`); it refuses while item 1 is
+undecided or added no cell. The report sets that cell beside the verdicts.
 
 `decayed` (item 4's investigation, `decision_rule.md`) tunes the selected checkpoint of every
 finished Celo2 main run again with the tuned baselines' schedule shape on its own rate
@@ -167,7 +168,10 @@ def summarise(tuned: Any, seconds: float) -> dict[str, Any]:
         "default_diverged": per_value[default]["diverged"],
         "sweep": per_value,
         "steps": [int(s) for s in chosen.steps],
-        "test_loss_curve": np.asarray(chosen.test_loss, np.float64).mean(0).tolist(),
+        "test_loss_curve": [  # a diverged seed makes the mean non-finite: JSON has no nan
+            common.finite_or_none(float(v))
+            for v in np.asarray(chosen.test_loss, np.float64).mean(0)
+        ],
         "seconds": seconds,
         "environment": common.environment(),
     }
@@ -420,7 +424,7 @@ def run_long_horizon(
         tune_cached(out / "horizon" / "adamw" / f"{task}@{horizon}.json", "adamw", task, horizon)
     items = [
         (
-            f"{arm}_s{seed}",
+            horizon_report.result_name(arm, seed),
             elo.load_optimizer(SMALL_FC_STUDY / arm / f"s{seed}" / "best_optimizer.eqx"),
         )
         for arm, seed in checkpoints
@@ -442,8 +446,21 @@ def added_cell(out: Path) -> tuple[str, int]:
     return added["task"], settings.LONG_HORIZON
 
 
+def reuse_item1_adamw(out: Path, task: str, horizon: int) -> None:
+    """Copy AdamW's item-1 result on the added cell (`horizon/adamw/`, made by the same
+    protocol on the same cell) to `baselines/adamw/`, marked `copied_from`, rather than tune
+    it again (about as long as a learned optimizer's tuning there on the CPU)."""
+    source = out / "horizon" / "adamw" / f"{task}@{horizon}.json"
+    target = out / "baselines" / "adamw" / f"{task}@{horizon}.json"
+    if source.is_file() and not target.is_file():
+        data = common.load_json(source) | {"copied_from": str(source.relative_to(out))}
+        common.write_json(target, data)
+        log(f"{target.relative_to(out)}: item 1's result, copied")
+
+
 def run_added(out: Path, results: Path, stack: int = 0) -> None:
     task, horizon = added_cell(out)
+    reuse_item1_adamw(out, task, horizon)
     for name in BASELINES:
         tune_cached(out / "baselines" / name / f"{task}@{horizon}.json", name, task, horizon)
     items = [

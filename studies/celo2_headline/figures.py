@@ -267,10 +267,12 @@ def long_horizon_figure(item1: dict[str, Any], path: Path) -> Path:
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
     colors = {"pes": ARM_COLORS["pes_small_fc"], "elo": ARM_COLORS["elo_small_fc"]}
     for ax, (task, entry) in zip(axes[0], tasks.items()):
+        labelled = set()
         for name, e in entry["checkpoints"].items():
             arm = name.split("_s")[0]
             loss = [math.nan if v is None else v for v in e["curve"]["test_loss"]]
-            label = f"{arm.upper()} (small_fc study)" if name.endswith("_s0") else None
+            label = None if arm in labelled else f"{arm.upper()} (small_fc study)"
+            labelled.add(arm)
             ax.plot(e["curve"]["steps"], loss, color=colors[arm], lw=1, alpha=0.8, label=label)
         if entry["adamw"] is not None:
             curve = entry["adamw"]["curve"]

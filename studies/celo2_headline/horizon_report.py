@@ -44,17 +44,33 @@ def result_name(arm: str, seed: int) -> str:
 
 def curve_rise(curve: Sequence[float | None]) -> dict[str, Any]:
     """How far a test-loss curve's last point lies above its lowest point, as a fraction of the
-    lowest (`rise`), with the lowest point's index; `rise` is inf when the last point is not
-    finite (a run that ended diverged rose), nan when no point is."""
+    lowest (`rise`), with the lowest and last points and the lowest one's index; `rise` is inf
+    when the last point is not finite (a run that ended diverged rose), nan when no point is."""
     values = np.asarray([common.nan_if_none(v) for v in curve], np.float64)
     finite = np.isfinite(values)
     if not finite.any():
-        return {"rise": math.nan, "lowest": math.nan, "lowest_index": None}
+        return {"rise": math.nan, "lowest": math.nan, "lowest_index": None, "last": math.nan}
     lowest_index = int(np.flatnonzero(finite)[np.argmin(values[finite])])
     lowest = float(values[lowest_index])
     last = float(values[-1])
-    rise = math.inf if not math.isfinite(last) else last / lowest - 1.0
-    return {"rise": rise, "lowest": lowest, "lowest_index": lowest_index}
+    if not math.isfinite(last):
+        rise = math.inf
+    elif lowest <= 0.0:  # a loss of 0 (or below) has no relative rise: any rise is infinite
+        rise = 0.0 if last == lowest else math.inf
+    else:
+        rise = last / lowest - 1.0
+    return {"rise": rise, "lowest": lowest, "lowest_index": lowest_index, "last": last}
+
+
+def rises_late(shape: dict[str, Any]) -> bool:
+    """Whether a curve's last point is more than LATE_RISE above its lowest (`curve_rise`),
+    compared as losses so that a rise of exactly LATE_RISE does not count; a non-finite last
+    point rose, a curve with no finite point did not (it is unknown)."""
+    if math.isnan(shape["lowest"]):
+        return False
+    if not math.isfinite(shape["last"]):
+        return True
+    return shape["last"] > (1.0 + LATE_RISE) * shape["lowest"]
 
 
 def checkpoint_entry(data: dict[str, Any], adamw: dict[str, Any] | None) -> dict[str, Any]:
@@ -65,16 +81,17 @@ def checkpoint_entry(data: dict[str, Any], adamw: dict[str, Any] | None) -> dict
     steps = data["steps"]
     test = common.nan_if_none(data["test_loss"])
     reference = math.nan if adamw is None else common.nan_if_none(adamw["test_loss"])
+    ratio = test / reference if math.isfinite(reference) and reference > 0 else math.nan
     last = len(data["sweep"]) - 1
     return {
         "value": data["value"],
         "grid_end": {0: "lowest", last: "highest"}.get(data["selected"]),
         "test_loss": test,
-        "ratio_to_adamw": test / reference,
+        "ratio_to_adamw": ratio,
         "diverged": bool(data["diverged"]),
         "late_rise": shape["rise"],
         "lowest_step": None if shape["lowest_index"] is None else steps[shape["lowest_index"]],
-        "rises_late": shape["rise"] > LATE_RISE,  # nan: False; inf: True
+        "rises_late": rises_late(shape),
         "curve": {"steps": steps, "test_loss": data["test_loss_curve"]},
     }
 
@@ -111,13 +128,19 @@ def task_verdict(pes: dict[str, Any]) -> str:
 
 def added_cell(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The task item 1 adds to the main evaluation at 30K steps: `task` (None when 30K stays
-    out) and `decided` (False while a pending task could still change it)."""
+    out) and `decided` (False while a pending task, or a missing result of a task that failed
+    beside another, could still change it)."""
     verdicts = {t: entry["pes_verdict"] for t, entry in tasks.items()}
     if PENDING in verdicts.values():
         return {"task": None, "decided": False}
     failed = [t for t, v in verdicts.items() if v == FAILED]
     if not failed:
         return {"task": None, "decided": True}
+    complete = len(settings.LONG_HORIZON_SEEDS)
+    if len(failed) > 1 and any(tasks[t]["arms"]["pes"]["present"] < complete for t in failed):
+        # A task can fail early (one divergence); while its other results are missing its
+        # count of failing checkpoints, which picks the task, can still grow.
+        return {"task": None, "decided": False}
     most = max(tasks[t]["arms"]["pes"]["failing"] for t in failed)
     tied = [t for t in failed if tasks[t]["arms"]["pes"]["failing"] == most]
     task = TIE_BREAK if TIE_BREAK in tied else tied[0]
@@ -177,7 +200,7 @@ def markdown(item1: dict[str, Any]) -> list[str]:
         f"The small_fc study's selected checkpoints and tuned AdamW at {item1['horizon']:,} "
         f"steps. Late rise: the chosen value's test loss at the last step above the lowest "
         f"point of its curve (every 3K steps); PES fails on a task if one of its five "
-        f"checkpoints diverges or {item1['rises_to_fail']} rise more than "
+        f"checkpoints diverges or at least {item1['rises_to_fail']} rise more than "
         f"{100 * item1['late_rise']:.0f}%. Value: the tuned `learning_rate` multiplier (AdamW's "
         "peak learning rate); (lowest)/(highest): at an end of its 7-value grid, where the best "
         "setting may lie beyond it.",

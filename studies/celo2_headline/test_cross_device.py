@@ -41,6 +41,7 @@ def test_results_present_under_both_are_compared_and_nothing_else(tmp_path):
     pes = found["horizon/pes_s0/cell.json"]
     assert pes["same_choice"] and pes["relative_difference"] == pytest.approx(0.01)
     assert pes["largest_sweep_difference"] == pytest.approx(0.25)
+    assert pes["same_values"]
     adamw = found["horizon/adamw/cell.json"]
     assert not adamw["same_choice"] and adamw["test_losses"] == [0.5, 0.5]
     assert adamw["largest_sweep_difference"] == pytest.approx(0.5)  # the missing loss is skipped
@@ -58,3 +59,10 @@ def test_main_refuses_when_nothing_is_shared_and_writes_the_comparison(tmp_path,
     written = json.loads(out.read_text())
     assert written["results"]["x.json"]["relative_difference"] == pytest.approx(1.0)
     assert "environment" in written
+
+
+def test_results_of_other_swept_values_are_flagged(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _write(a, "x.json", _result(0, [1.0, 2.0]))
+    _write(b, "x.json", _result(0, [1.0, 2.0, 3.0]))
+    assert not cross_device.compare_dirs(a, b)["x.json"]["same_values"]

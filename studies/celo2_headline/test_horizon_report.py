@@ -95,8 +95,41 @@ def test_one_divergence_fails_pes_even_before_the_other_results_exist(tmp_path):
 
 def test_a_missing_result_leaves_the_verdict_pending_only_while_it_could_change_it(tmp_path):
     four = [_result(RISING)] * 2 + [_result(FLAT)] * 2
-    item1 = horizon_report.summarise(_tree(tmp_path, {FASHION: four}))
+    item1 = horizon_report.summarise(_tree(tmp_path / "a", {FASHION: four}))
     assert item1["tasks"][FASHION]["pes_verdict"] == horizon_report.PENDING
+    three_rising = [_result(RISING)] * 3  # two still missing, but three rises settle it
+    item1 = horizon_report.summarise(_tree(tmp_path / "b", {FASHION: three_rising}))
+    assert item1["tasks"][FASHION]["pes_verdict"] == horizon_report.FAILED
+
+
+def test_the_added_cell_waits_while_a_failing_tasks_missing_results_could_change_it(tmp_path):
+    # Fashion-MNIST failed on its first three results, CIFAR-10 on four of five: Fashion-MNIST's
+    # last two could still make it the task with more failing checkpoints.
+    four_of_five = [_result(RISING)] * 4 + [_result(FLAT)]
+    pes = {FASHION: [_result(RISING)] * 3, CIFAR: four_of_five}
+    item1 = horizon_report.summarise(_tree(tmp_path / "a", pes))
+    assert item1["added_cell"] == {"task": None, "decided": False}
+    pes[FASHION] = [_result(RISING)] * 5
+    item1 = horizon_report.summarise(_tree(tmp_path / "b", pes))
+    assert item1["added_cell"] == {"task": FASHION, "decided": True}
+
+
+def test_a_rise_of_exactly_the_threshold_does_not_count_and_one_just_above_does():
+    lowest = 0.8
+    exactly = horizon_report.curve_rise([2.0, lowest, lowest * (1 + horizon_report.LATE_RISE)])
+    above = horizon_report.curve_rise([2.0, lowest, lowest * 1.0501])
+    assert not horizon_report.rises_late(exactly) and horizon_report.rises_late(above)
+    assert horizon_report.rises_late(horizon_report.curve_rise([2.0, 1.0, None]))
+    assert not horizon_report.rises_late(horizon_report.curve_rise([None, None]))
+
+
+def test_a_missing_or_zero_adamw_gives_no_ratio(tmp_path):
+    entry = horizon_report.checkpoint_entry(_result(FLAT), None)
+    assert math.isnan(entry["ratio_to_adamw"])
+    entry = horizon_report.checkpoint_entry(_result(FLAT), _result([2.0, 0.0]))
+    assert math.isnan(entry["ratio_to_adamw"])
+    assert horizon_report.curve_rise([1.0, 0.0, 0.0])["rise"] == 0.0
+    assert horizon_report.curve_rise([1.0, 0.0, 0.1])["rise"] == math.inf
 
 
 def test_when_pes_fails_on_both_the_task_with_more_failing_checkpoints_is_added(tmp_path):

@@ -129,7 +129,16 @@ def test_evaluation_summary_reports_the_chosen_value_the_default_and_every_value
     assert summary["test_loss"] == chosen["test_loss"]
     value, diverged = evaluate.capped_final(tuned.best)
     assert value == pytest.approx(chosen["test_loss"]) and diverged == chosen["diverged"]
-    json.dumps(summary)
+    json.dumps(summary, allow_nan=False)
+
+
+def test_a_sweep_whose_every_value_diverged_is_still_written():
+    from studies.celo2_headline import evaluate
+
+    tuned = elo.tune("sgd", "quadratic-d10", num_steps=6, values=[1e10, 1e12], seeds=2)
+    summary = evaluate.summarise(tuned, seconds=1.0)
+    assert summary["diverged"] and None in summary["test_loss_curve"]  # inf/nan became None
+    json.dumps(summary, allow_nan=False)  # what common.write_json demands
 
 
 def test_every_protocol_cell_is_listed_once():
@@ -536,8 +545,23 @@ def test_added_tunes_the_baselines_and_selected_checkpoints_on_item_1s_cell_only
         (Path(f"runs/pes_celo2/s0/best/{fashion}@30000.json"), "best_optimizer.eqx"),
     ]
     monkeypatch.setattr(sys, "argv", [*sys.argv, "--task", fashion])
-    with pytest.raises(SystemExit):  # item 1 decides the cell
+    with pytest.raises(SystemExit) as stopped:  # item 1 decides the cell
         evaluate.main()
+    assert stopped.value.code == 2  # argparse's error: `--task does not apply to added`
+
+
+def test_added_reuses_item_1s_adamw_result_on_that_cell(tmp_path, monkeypatch):
+    from studies.celo2_headline import evaluate
+
+    fashion = settings.LONG_HORIZON_TASKS[0]
+    out = tmp_path / "evaluation"
+    common.write_json(out / "horizon" / "adamw" / f"{fashion}@30000.json", {"test_loss": 0.4})
+    evaluate.reuse_item1_adamw(out, fashion, 30000)
+    copied = common.load_json(out / "baselines" / "adamw" / f"{fashion}@30000.json")
+    assert copied == {"test_loss": 0.4, "copied_from": f"horizon/adamw/{fashion}@30000.json"}
+    common.write_json(out / "horizon" / "adamw" / f"{fashion}@30000.json", {"test_loss": 9.0})
+    evaluate.reuse_item1_adamw(out, fashion, 30000)  # an existing result is never overwritten
+    assert common.load_json(out / "baselines" / "adamw" / f"{fashion}@30000.json") == copied
 
 
 def test_decayed_tunes_each_celo2_runs_selected_checkpoint_with_the_decayed_step(
