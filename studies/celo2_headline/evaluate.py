@@ -77,8 +77,6 @@ from studies.celo2_headline import horizon_report, settings, shipped_report, tas
 
 HERE = Path(__file__).parent
 BASELINES = settings.BASELINES
-LONG_HORIZON = settings.LONG_HORIZON
-LONG_HORIZON_TASKS = settings.LONG_HORIZON_TASKS
 SMALL_FC_STUDY = HERE.parent / "ablation_small_fc" / "results" / "runs"
 
 
@@ -415,9 +413,10 @@ def run_long_horizon(
 ) -> None:
     if only is not None:
         cells(only)  # refuses a task the study does not hold out
-    long_cells = [(t, LONG_HORIZON) for t in LONG_HORIZON_TASKS if only is None or t in only]
+    tasks = settings.LONG_HORIZON_TASKS
+    long_cells = [(t, settings.LONG_HORIZON) for t in tasks if only is None or t in only]
     if not long_cells:
-        log(f"no 30K cell among {list(only or ())}: item 1 uses {', '.join(LONG_HORIZON_TASKS)}")
+        log(f"no 30K cell among {list(only or ())}: item 1 uses {', '.join(tasks)}")
         return
     checkpoints = long_horizon_checkpoints(only_runs)
     for task, horizon in long_cells:

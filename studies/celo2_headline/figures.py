@@ -260,6 +260,12 @@ def default_step_figure(summary: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def _curve(entry: dict[str, Any]) -> tuple[list[int], list[float]]:
+    """An item-1 entry's test-loss curve as (steps, losses), nan where the JSON has null."""
+    curve = entry["curve"]
+    return curve["steps"], [common.nan_if_none(v) for v in curve["test_loss"]]
+
+
 def long_horizon_figure(item1: dict[str, Any], path: Path) -> Path:
     """`long_horizon.png`: item 1's test-loss curves (`horizon_report.py`), a panel per task."""
     plt = _pyplot()
@@ -270,21 +276,14 @@ def long_horizon_figure(item1: dict[str, Any], path: Path) -> Path:
         labelled = set()
         for name, e in entry["checkpoints"].items():
             arm = name.split("_s")[0]
-            loss = [math.nan if v is None else v for v in e["curve"]["test_loss"]]
             label = None if arm in labelled else f"{arm.upper()} (small_fc study)"
             labelled.add(arm)
-            ax.plot(e["curve"]["steps"], loss, color=colors[arm], lw=1, alpha=0.8, label=label)
+            ax.plot(*_curve(e), color=colors[arm], lw=1, alpha=0.8, label=label)
         if entry["adamw"] is not None:
-            curve = entry["adamw"]["curve"]
-            loss = [math.nan if v is None else v for v in curve["test_loss"]]
-            ax.plot(curve["steps"], loss, color="black", lw=2, label="tuned AdamW")
-        late = [  # the curves from their first check on: the step-0 loss would flatten them
-            v
-            for e in [*entry["checkpoints"].values(), entry["adamw"]]
-            if e is not None
-            for v in e["curve"]["test_loss"][1:]
-            if _finite(v)
-        ]
+            ax.plot(*_curve(entry["adamw"]), color="black", lw=2, label="tuned AdamW")
+        drawn = [e for e in [*entry["checkpoints"].values(), entry["adamw"]] if e is not None]
+        # The curves from their first check on: the step-0 loss would flatten them.
+        late = [v for e in drawn for v in _curve(e)[1][1:] if math.isfinite(v)]
         if late:
             ax.set_ylim(0.97 * min(late), 1.03 * max(late))
         ax.set_title(f"{task} ({entry['pes_verdict']} for PES)", fontsize=9)

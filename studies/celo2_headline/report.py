@@ -83,13 +83,15 @@ def long_horizon_keys() -> list[str]:
     return [cell_key(c) for c in settings.cells() if c[0] in tasks and c[1] in LONG_HORIZONS]
 
 
-def expected_paths() -> list[str]:
-    """Every result file the full study writes, relative to the evaluation directory."""
-    paths = [f"baselines/{b}/{k}.json" for b in settings.BASELINES for k in keys()]
+def expected_paths(cell_keys: list[str] | None = None, checkpoints=CHECKPOINTS) -> list[str]:
+    """Every result file the study writes on `cell_keys` (default: its 14 cells) for the
+    baselines and the main runs' `checkpoints`, relative to the evaluation directory."""
+    cell_keys = keys() if cell_keys is None else cell_keys
+    paths = [f"baselines/{b}/{k}.json" for b in settings.BASELINES for k in cell_keys]
     for arm in ARMS:
         for seed in settings.MAIN_SEEDS:
-            for checkpoint in CHECKPOINTS:
-                paths += [f"runs/{arm}/s{seed}/{checkpoint}/{k}.json" for k in keys()]
+            for checkpoint in checkpoints:
+                paths += [f"runs/{arm}/s{seed}/{checkpoint}/{k}.json" for k in cell_keys]
     return paths
 
 
@@ -368,8 +370,7 @@ def added_cell(evaluation: Path, item1: dict[str, Any]) -> dict[str, Any] | None
     if task is None:
         return None
     key = cell_key((task, settings.LONG_HORIZON))
-    paths = [f"baselines/{b}/{key}.json" for b in settings.BASELINES]
-    paths += [f"runs/{a}/s{s}/best/{key}.json" for a in ARMS for s in settings.MAIN_SEEDS]
+    paths = expected_paths([key], checkpoints=("best",))
     found = {p: common.load_json(evaluation / p) for p in paths if (evaluation / p).is_file()}
     row = cell_table(found, key)
     return {"key": key, "present": len(found), "expected": len(paths), "row": row}
