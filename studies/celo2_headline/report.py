@@ -83,7 +83,9 @@ def long_horizon_keys() -> list[str]:
     return [cell_key(c) for c in settings.cells() if c[0] in tasks and c[1] in LONG_HORIZONS]
 
 
-def expected_paths(cell_keys: list[str] | None = None, checkpoints=CHECKPOINTS) -> list[str]:
+def expected_paths(
+    cell_keys: list[str] | None = None, checkpoints: tuple[str, ...] = CHECKPOINTS
+) -> list[str]:
     """Every result file the study writes on `cell_keys` (default: its 14 cells) for the
     baselines and the main runs' `checkpoints`, relative to the evaluation directory."""
     cell_keys = keys() if cell_keys is None else cell_keys
