@@ -31,7 +31,9 @@ Each (optimizer, cell) is `elo.tune`: settings.SWEEP_POINTS values on a log grid
 rates of AdamW/Muon/SGD with warm-up and cosine decay; a learned optimizer's `learning_rate`
 multiplier), settings.EVAL_SEEDS seeds, the value chosen on the validation split. Every result is
 cached as JSON under --results-dir/evaluation; rerunning skips what exists. Two drivers can share
-the work (a lock per result).
+the work (a lock per result). A checkpoint equal to one before it (two runs of a seed that both
+selected their common initial network) is tuned once; the other gets its results, copied and
+marked `copied_from` (tuning is deterministic).
 
 `shipped` tunes every optimizer of `elo.available_pretrained()` (`elo.pretrained(name)`) on every
 cell into `shipped/<name>/<task>@<horizon>.json`: its test loss at `learning_rate=1` (the
@@ -286,6 +288,51 @@ def same_architecture(a: elo.AbstractLearnedOptimizer, b: elo.AbstractLearnedOpt
     )
 
 
+def same_weights(a: elo.AbstractLearnedOptimizer, b: elo.AbstractLearnedOptimizer) -> bool:
+    """Whether `a` and `b` are the same learned optimizer: the same architecture, equal weights."""
+    learned = all(isinstance(o, elo.AbstractLearnedOptimizer) for o in (a, b))
+    return (
+        learned
+        and same_architecture(a, b)
+        and bool(eqx.tree_equal(eqx.filter(a, eqx.is_array), eqx.filter(b, eqx.is_array)))
+    )
+
+
+def without_twins(
+    items: list[tuple[str, elo.AbstractLearnedOptimizer]],
+) -> tuple[list[tuple[str, elo.AbstractLearnedOptimizer]], dict[str, list[str]]]:
+    """`items` less every optimizer equal to an earlier one (`same_weights`), and for each kept
+    name the names of its twins. Two runs can select the same checkpoint (a PES and an ELO run
+    of one seed start from the same network, and both may be best there); tuning is
+    deterministic, so one tuning serves both."""
+    kept: list[tuple[str, elo.AbstractLearnedOptimizer]] = []
+    twins: dict[str, list[str]] = {}
+    for name, lo in items:
+        first = next((k for k, kept_lo in kept if same_weights(kept_lo, lo)), None)
+        if first is None:
+            kept.append((name, lo))
+        else:
+            twins.setdefault(first, []).append(name)
+    return kept, twins
+
+
+def copy_to_twins(out: Path, twins: dict[str, list[str]], cell_list: list[tuple[str, int]]) -> None:
+    """Copy each tuned result under `out` to its twins' directories (`without_twins`), marked
+    `copied_from` (its path under `out`'s parent, the evaluation directory); never overwrites."""
+    for name, others in twins.items():
+        for task, horizon in cell_list:
+            source = out / name / f"{task}@{horizon}.json"
+            if not source.is_file():
+                continue
+            for other in others:
+                target = out / other / f"{task}@{horizon}.json"
+                if target.is_file():
+                    continue
+                origin = str(source.relative_to(out.parent))
+                common.write_json(target, common.load_json(source) | {"copied_from": origin})
+                log(f"{target.relative_to(out.parent)}: the same weights as {name}, copied")
+
+
 def tune_cells(
     items: list[tuple[str, elo.AbstractLearnedOptimizer]],
     out: Path,
@@ -293,17 +340,22 @@ def tune_cells(
     stack: int,
 ) -> None:
     """Tune every (result directory under `out`, optimizer) of `items` on every cell, one at a
-    time or, with `stack` > 0, up to `stack` of one architecture together per cell."""
+    time or, with `stack` > 0, up to `stack` of one architecture together per cell; an
+    optimizer equal to an earlier one gets that one's results, copied (`without_twins`)."""
+    items, twins = without_twins(items)
+    copy_to_twins(out, twins, cell_list)
     if stack <= 0:
         for name, lo in items:
             for task, horizon in cell_list:
                 tune_cached(out / name / f"{task}@{horizon}.json", lo, task, horizon)
+                copy_to_twins(out, twins, [(task, horizon)])
         return
     for task, horizon in cell_list:
         cell_items = [(out / name / f"{task}@{horizon}.json", lo) for name, lo in items]
         for group in architectures(cell_items):
             for start in range(0, len(group), stack):
                 tune_cached_stacked(group[start : start + stack], task, horizon)
+        copy_to_twins(out, twins, [(task, horizon)])
 
 
 def stale_tag(recorded: dict[str, Any]) -> str:

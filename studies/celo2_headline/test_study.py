@@ -550,6 +550,36 @@ def test_added_tunes_the_baselines_and_selected_checkpoints_on_item_1s_cell_only
     assert stopped.value.code == 2  # argparse's error: `--task does not apply to added`
 
 
+def test_a_checkpoint_equal_to_an_earlier_one_is_tuned_once_and_its_results_copied(
+    tmp_path, monkeypatch
+):
+    from studies.celo2_headline import evaluate
+
+    first, other = (elo.SmallFC(key=jax.random.key(k)) for k in (0, 1))
+    twin = elo.SmallFC(key=jax.random.key(0))  # another object with the same weights
+    assert evaluate.same_weights(first, twin) and not evaluate.same_weights(first, other)
+    items = [("pes/s1/best", first), ("pes/s2/best", other), ("elo/s1/best", twin)]
+    tuned = []
+
+    def fake_tune(path, lo, task, horizon):
+        tuned.append(path.relative_to(tmp_path / "runs").as_posix())
+        common.write_json(path, {"test_loss": float(len(tuned))})
+
+    monkeypatch.setattr(evaluate, "tune_cached", fake_tune)
+    cell_list = [("t", 5), ("u", 7)]
+    evaluate.tune_cells(items, tmp_path / "runs", cell_list, stack=0)
+    assert tuned == ["pes/s1/best/t@5.json", "pes/s1/best/u@7.json"] + [
+        "pes/s2/best/t@5.json",
+        "pes/s2/best/u@7.json",
+    ]
+    for cell, loss in (("t@5", 1.0), ("u@7", 2.0)):
+        copied = common.load_json(tmp_path / "runs" / "elo/s1/best" / f"{cell}.json")
+        assert copied == {"test_loss": loss, "copied_from": f"runs/pes/s1/best/{cell}.json"}
+    common.write_json(tmp_path / "runs" / "elo/s1/best" / "t@5.json", {"own": True})
+    evaluate.copy_to_twins(tmp_path / "runs", {"pes/s1/best": ["elo/s1/best"]}, cell_list)
+    assert common.load_json(tmp_path / "runs" / "elo/s1/best" / "t@5.json") == {"own": True}
+
+
 def test_added_reuses_item_1s_adamw_result_on_that_cell(tmp_path, monkeypatch):
     from studies.celo2_headline import evaluate
 
