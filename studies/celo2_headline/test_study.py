@@ -580,6 +580,18 @@ def test_a_checkpoint_equal_to_an_earlier_one_is_tuned_once_and_its_results_copi
     assert common.load_json(tmp_path / "runs" / "elo/s1/best" / "t@5.json") == {"own": True}
 
 
+def test_tuning_twins_separately_gives_equal_results_so_one_tuning_serves_both(tmp_path):
+    from studies.celo2_headline import evaluate
+
+    twins = [elo.SmallFC(key=jax.random.key(5)) for _ in range(2)]  # two objects, equal weights
+    paths = [tmp_path / f"{n}.json" for n in ("pes", "elo")]
+    for path, lo in zip(paths, twins):
+        evaluate.tune_cached(path, lo, "regression-mlp-w64-d2_teacher16", 4)
+    pes, elo_ = (common.load_json(p) for p in paths)
+    assert pes.pop("seconds") > 0 and elo_.pop("seconds") > 0
+    assert pes == elo_  # bitwise: every sweep value's losses, the choice, the test loss
+
+
 def test_added_reuses_item_1s_adamw_result_on_that_cell(tmp_path, monkeypatch):
     from studies.celo2_headline import evaluate
 
