@@ -316,6 +316,16 @@ def without_twins(
     return kept, twins
 
 
+def copy_result(source: Path, target: Path, evaluation: Path) -> bool:
+    """Copy the result `source` to `target`, marked `copied_from` (its path under `evaluation`),
+    unless `source` is missing or `target` exists; whether it copied."""
+    if not source.is_file() or target.is_file():
+        return False
+    origin = str(source.relative_to(evaluation))
+    common.write_json(target, common.load_json(source) | {"copied_from": origin})
+    return True
+
+
 def copy_to_twins(out: Path, twins: dict[str, list[str]], cell_list: list[tuple[str, int]]) -> None:
     """Copy each tuned result under `out` to its twins' directories (`without_twins`), marked
     `copied_from` (its path under `out`'s parent, the evaluation directory); never overwrites."""
@@ -326,11 +336,8 @@ def copy_to_twins(out: Path, twins: dict[str, list[str]], cell_list: list[tuple[
                 continue
             for other in others:
                 target = out / other / f"{task}@{horizon}.json"
-                if target.is_file():
-                    continue
-                origin = str(source.relative_to(out.parent))
-                common.write_json(target, common.load_json(source) | {"copied_from": origin})
-                log(f"{target.relative_to(out.parent)}: the same weights as {name}, copied")
+                if copy_result(source, target, out.parent):
+                    log(f"{target.relative_to(out.parent)}: the same weights as {name}, copied")
 
 
 def tune_cells(
@@ -503,9 +510,7 @@ def reuse_item1_adamw(out: Path, task: str, horizon: int) -> None:
     it again (about as long as a learned optimizer's tuning there on the CPU)."""
     source = out / "horizon" / "adamw" / f"{task}@{horizon}.json"
     target = out / "baselines" / "adamw" / f"{task}@{horizon}.json"
-    if source.is_file() and not target.is_file():
-        data = common.load_json(source) | {"copied_from": str(source.relative_to(out))}
-        common.write_json(target, data)
+    if copy_result(source, target, out):
         log(f"{target.relative_to(out)}: item 1's result, copied")
 
 
