@@ -10,7 +10,9 @@ already at or below AdamW, or not met when the complete cells' wins plus every c
 incomplete fall short of 8; H2 not met when fewer than 3 long-horizon cells can still lie below
 0; H2 is never met early, since its divergence count spans all 14 cells); such a verdict says
 with how many cells complete it was decided. The summary says how many of the expected results
-exist.
+exist, and (`judged`) how many of the baselines' and the selected checkpoints' do, the results
+that hold every one a verdict or a choice reads; the final checkpoints' are reported only
+(decision_rule.md's order of the remaining work).
 
 Beside the study, not part of its rule: the optimizers shipped in the package
 (`shipped/<name>/<task>@<horizon>.json`, from `evaluate.py shipped`), each one's test loss at
@@ -337,6 +339,19 @@ def provenance(results, root: Path) -> dict[str, Any]:
     }
 
 
+def judged_count(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """How many of the baselines' and the selected checkpoints' results on the 14 cells (those
+    that hold every result a verdict or a choice reads) are in `results`, with their own status
+    line."""
+    judged = expected_paths(checkpoints=("best",))
+    present = sum(path in results for path in judged)
+    return {
+        "status": status_line(present, len(judged)),
+        "present": present,
+        "expected": len(judged),
+    }
+
+
 def summarise(root: Path) -> dict[str, Any]:
     """The whole report of the results directory `root`, as a JSON-ready dict."""
     results = collect(root / "evaluation")
@@ -348,6 +363,7 @@ def summarise(root: Path) -> dict[str, Any]:
         "present": len(results),
         "expected": len(expected),
         "missing": [p for p in expected if p not in results],
+        "judged": judged_count(results),
         "h1": h1(table),
         "h2": h2(table),
         "h3": h3(table),

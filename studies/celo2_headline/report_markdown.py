@@ -219,8 +219,10 @@ def markdown(summary: dict[str, Any]) -> str:
     lines = [
         "## ELO-Celo2 headline study: held-out evaluation",
         "",
-        f"**Status: {summary['status']}.** A verdict whose inputs are not all present is "
-        "pending unless no missing result can change it. Values: test loss of the tuned "
+        f"**Status: {summary['status']}; of the baselines' and the selected checkpoints' (every "
+        f"result a verdict or a choice reads among them), {summary['judged']['status']}.** The "
+        "final checkpoints' results are reported only. A verdict whose inputs are not all "
+        "present is pending unless no missing result can change it. Values: test loss of the tuned "
         "setting (mean over evaluation seeds of the final test loss, each capped at the run's "
         "initial loss); arms: mean over meta-training seeds of the validation-selected "
         "checkpoints.",

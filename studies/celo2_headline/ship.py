@@ -15,7 +15,9 @@ configuration and budget, the selection with every candidate's score, and its he
 evaluation table from RESULTS/summary.json (`report.py`), whose summary says plainly whether it
 beats tuned AdamW.
 
-It refuses to ship before all six runs are summarised, the report is complete and it has the
+It refuses to ship before all six runs are summarised, the report has every result of the
+baselines and the selected checkpoints (its `judged` count, which holds every result a verdict or
+a choice reads; the final checkpoints', reported only, may still be missing) and it has the
 shipped seed's result and tuned AdamW's on every held-out cell, and item 4's choice of schedule
 (pending while the cells its decayed results lack could change it). `--allow-partial` ships
 from what exists instead, labelled as such in the summary and in `selection` (`partial`,
@@ -77,12 +79,21 @@ def report_status(summary: dict[str, Any] | None) -> str:
     return "no summary.json" if summary is None else summary.get("status", "no status")
 
 
-def report_complete(summary: dict[str, Any] | None) -> bool:
-    """Whether the report exists and says every expected result was present."""
+def judged_status(summary: dict[str, Any] | None) -> str:
+    """The report's status line of the baselines' and the selected checkpoints' results
+    (`report.judged_count`), or why there is none."""
     if summary is None:
-        return False
-    present, expected = summary.get("present"), summary.get("expected")
-    return report_status(summary).startswith("complete") and present == expected
+        return "no summary.json"
+    return summary.get("judged", {}).get("status", "without a count of its judged results")
+
+
+def report_complete(summary: dict[str, Any] | None) -> bool:
+    """Whether the report exists and says every result of the baselines and the selected
+    checkpoints was present (the final checkpoints', reported only, need not be:
+    decision_rule.md leaves them last)."""
+    judged = (summary or {}).get("judged", {})
+    present, expected = judged.get("present"), judged.get("expected")
+    return judged_status(summary).startswith("complete") and present == expected
 
 
 def _has_seed(row: dict[str, Any], arm: str, seed: int) -> bool:
@@ -110,7 +121,12 @@ def _runs_part(results: Path, missing: list[tuple[str, int]]) -> str:
 def _report_part(results: Path, summary: dict[str, Any] | None) -> str:
     command = f"python -m studies.celo2_headline.report --results-dir {results}"
     path = results / "summary.json"
-    state = f"no {path}" if summary is None else f"{path} is {report_status(summary)}"
+    state = (
+        f"no {path}"
+        if summary is None
+        else f"{path}'s results of the baselines and the selected checkpoints are "
+        f"{judged_status(summary)}"
+    )
     return f"{state} (`{EVALUATE} baselines|runs`, then `{command}`)"
 
 
@@ -242,7 +258,8 @@ def partial_text(finished: int, summary: dict[str, Any] | None, evaluated: int) 
     report_state = (
         "there was no report (summary.json)"
         if summary is None
-        else f"the report was {report_status(summary)}"
+        else f"the report was {report_status(summary)} ({judged_status(summary)} of the "
+        "baselines' and the selected checkpoints')"
     )
     return (
         f"Shipped with --allow-partial before the study ended: {finished} of "
@@ -328,6 +345,7 @@ def provenance(root: Path, metas, run: tuple[str, int], summary, missing: list[s
         "schedule": schedule,
         "evaluation": table,
         "evaluation_status": report_status(summary),
+        "evaluation_judged_status": judged_status(summary),
     }
 
 
@@ -363,7 +381,7 @@ def ship(results: Path, name: str, out: Path, allow_partial: bool = False) -> di
     **Raises:**
 
     `SystemExit` with a one-line message naming what is missing and the commands that make it,
-    unless all six runs are summarised, `summary.json` is complete and has the shipped run's
+    unless all six runs are summarised, `summary.json` has every judged result and the shipped run's
     result and tuned AdamW's on every held-out cell and its item-4 choice of schedule (or
     `allow_partial`, with at least one run).
     """

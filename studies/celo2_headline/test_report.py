@@ -118,6 +118,12 @@ def test_a_complete_tree_where_elo_celo2_wins_meets_h1_and_h2(tmp_path):
     summary = report.summarise(tmp_path)
     assert summary["status"] == "complete: 378 of 378 results present"
     assert summary["missing"] == []
+    # Judged: 3 baselines and 4 arms' selected checkpoints × 3 seeds on 14 cells.
+    assert summary["judged"] == {
+        "status": "complete: 210 of 210 results present",
+        "present": 210,
+        "expected": 210,
+    }
     h1 = summary["h1"]
     assert h1["verdict"] == "met" and h1["cells_at_or_below_adamw"] == 14
     # ratios 0.89, 0.90, 0.91 to AdamW: below 1; to Muon (0.95) as well
@@ -238,6 +244,12 @@ def test_a_missing_result_makes_the_verdicts_that_need_it_pending(tmp_path, miss
     summary = report.summarise(tmp_path)
     assert summary["status"] == "incomplete: 377 of 378 results present"
     assert summary["missing"] == [missing.format(long=LONG[0], short=KEYS[-1])]
+    # Every result but a final checkpoint's is one the judged count reads.
+    judged = 210 if "/final/" in missing else 209
+    assert (
+        summary["judged"]["status"]
+        == f"{'in' * (judged < 210)}complete: {judged} of 210 results present"
+    )
     assert summary["h1"]["cells_complete"] == (13 if "h1" in pending else 14)
     assert summary["h2"]["selected"]["cells_complete"] == (13 if "h2" in pending else 14)
     for name in ("h1", "h2"):

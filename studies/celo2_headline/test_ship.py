@@ -123,12 +123,21 @@ def _decayed(schedule: str = "constant", judged: int = len(KEYS)) -> dict:
     return {"schedule": dict(settings.DECAYED_SCHEDULE), "runs": runs}
 
 
-def _summary(cells: dict, present: int = 500, expected: int = 500, decayed=None) -> dict:
+def _summary(
+    cells: dict, present: int = 500, expected: int = 500, decayed=None, judged=None
+) -> dict:
+    """A report's summary; `judged` (present, expected) defaults to `present` of `expected`."""
     status = report.status_line(present, expected)
+    judged_present, judged_expected = judged or (present, expected)
     return {
         "status": status,
         "present": present,
         "expected": expected,
+        "judged": {
+            "status": report.status_line(judged_present, judged_expected),
+            "present": judged_present,
+            "expected": judged_expected,
+        },
         "cells": cells,
         "decayed": decayed or _decayed(),
     }
@@ -301,14 +310,45 @@ def _drop(results: Path, keys, arm: str | None = None, seed: int | None = None) 
 def test_an_incomplete_report_refuses_and_allow_partial_labels_it(tmp_path, weights):
     results = _tree(tmp_path / "results", weights)  # every cell there, other results not
     summary = common.load_json(results / "summary.json")
-    common.write_json(results / "summary.json", _summary(summary["cells"], 480, 500))
-    with pytest.raises(SystemExit, match="summary.json is incomplete: 480 of 500"):
+    common.write_json(
+        results / "summary.json", _summary(summary["cells"], 480, 500, None, (280, 300))
+    )
+    reads = (
+        "summary.json's results of the baselines and the selected checkpoints are incomplete: 280"
+    )
+    with pytest.raises(SystemExit, match=reads):
         ship.ship(results, "x", tmp_path / "out")
     record = ship.ship(results, "x", tmp_path / "out", allow_partial=True)
     assert record["selection"]["partial"] is True and record["selection"]["missing_runs"] == []
-    assert "incomplete: 480 of 500" in record["selection"]["missing"][0]
+    assert "incomplete: 280 of 300" in record["selection"]["missing"][0]
     assert "--allow-partial" in record["summary"] and "6 of 6" in record["summary"]
-    assert "the report was incomplete: 480 of 500 results present" in record["summary"]
+    assert (
+        "the report was incomplete: 480 of 500 results present (incomplete: 280 of 300"
+        in (record["summary"])
+    )
+
+
+def test_missing_final_checkpoints_alone_do_not_hold_back_a_ship(tmp_path, weights):
+    # The final checkpoints' results enter no verdict and no choice (decision_rule.md).
+    results = _tree(tmp_path / "results", weights)
+    summary = common.load_json(results / "summary.json")
+    common.write_json(
+        results / "summary.json", _summary(summary["cells"], 480, 500, None, (300, 300))
+    )
+    record = ship.ship(results, "x", tmp_path / "out")
+    assert record["selection"]["partial"] is False and "--allow-partial" not in record["summary"]
+    assert record["evaluation_status"] == "incomplete: 480 of 500 results present"
+    assert record["evaluation_judged_status"] == "complete: 300 of 300 results present"
+
+
+def test_a_report_without_a_judged_count_refuses(tmp_path, weights):
+    # A summary.json written before report.py counted its judged results says nothing of them.
+    results = _tree(tmp_path / "results", weights)
+    summary = common.load_json(results / "summary.json")
+    del summary["judged"]
+    common.write_json(results / "summary.json", summary)
+    with pytest.raises(SystemExit, match="are without a count of its judged results"):
+        ship.ship(results, "x", tmp_path / "out")
 
 
 def test_a_missing_report_with_every_run_ships_labelled(tmp_path, weights):
