@@ -129,6 +129,29 @@ def default_step_series(summary: dict[str, Any]) -> list[tuple[str, list[float]]
     return series
 
 
+# The window of `ratios.png`: the ratios that separate the arms. A diverged checkpoint's ratio
+# (up to 5 here) would squash every other into a line at 1, so larger ones are marked at the top
+# edge with their value instead; intervals are cut at the window's edges.
+RATIO_WINDOW = (0.8, 2.0)
+
+
+def _mark_beyond(ax, x: float, value: float, color: str, label: bool, row: int = 0) -> None:
+    """A ratio above `RATIO_WINDOW`: a triangle at the top edge, with the value if `label`
+    (in text row `row` below the edge, so that neighbouring arms' values do not overlap)."""
+    top = RATIO_WINDOW[1]
+    ax.scatter([x], [top * 0.985], marker="^", s=30 if label else 10, color=color, zorder=3)
+    if label:
+        ax.annotate(
+            f"{value:.2f}",
+            (x, top * 0.985),
+            xytext=(0, -12 - 9 * row),
+            textcoords="offset points",
+            ha="center",
+            fontsize=7,
+            color=color,
+        )
+
+
 def ratios_figure(summary: dict[str, Any], path: Path) -> Path:
     """`ratios.png` (see the module's docstring) from the report's summary."""
     plt = _pyplot()
@@ -138,7 +161,7 @@ def ratios_figure(summary: dict[str, Any], path: Path) -> Path:
         a for a in settings.ARMS if any(summary["cells"][k]["arms"][a]["best"]["n"] for k in keys)
     ]
     width = 0.8 / max(len(arms), 1)
-    fig, ax = plt.subplots(figsize=(12, 4.8))
+    fig, ax = plt.subplots(figsize=(13.5, 4.8))
     for i, arm in enumerate(arms):
         offset = (i - (len(arms) - 1) / 2) * width
         for j, key in enumerate(keys):
@@ -146,6 +169,8 @@ def ratios_figure(summary: dict[str, Any], path: Path) -> Path:
             if ratio is None or not _finite(ratio["mean"]):
                 continue
             half = ratio["ci95"] if _finite(ratio["ci95"]) else 0.0
+            if ratio["mean"] > RATIO_WINDOW[1]:
+                _mark_beyond(ax, j + offset, ratio["mean"], ARM_COLORS[arm], True, i % 2)
             ax.errorbar(
                 j + offset,
                 ratio["mean"],
@@ -157,19 +182,25 @@ def ratios_figure(summary: dict[str, Any], path: Path) -> Path:
             )
             seeds = [v for v in ratio["per_seed"].values() if _finite(v)]
             ax.scatter([j + offset] * len(seeds), seeds, s=8, color=ARM_COLORS[arm], alpha=0.5)
+            for seed in seeds:
+                if seed > RATIO_WINDOW[1] and ratio["mean"] <= RATIO_WINDOW[1]:
+                    _mark_beyond(ax, j + offset, seed, ARM_COLORS[arm], label=False)
     for name, (label, marker, color) in BASELINE_MARKERS.items():
         values = baseline_ratios(summary, name)
         ax.scatter(x, values, marker=marker, color=color, s=30, label=f"tuned {label}")
     ax.axhline(1.0, color="black", lw=1)
+    ax.set_ylim(*RATIO_WINDOW)
     ax.set_xticks(x, [short_cell(k) for k in keys], rotation=45, ha="right")
     ax.set_ylabel("test loss / tuned AdamW's")
     ax.set_title(
         "Held-out cells: selected checkpoints, mean ± 95% interval over meta-training seeds "
-        "(dots: seeds)"
+        f"(dots: seeds; ▲: above {RATIO_WINDOW[1]:g}, with the mean's value)"
     )
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left")
+    ax.legend(
+        unique.values(), unique.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1)
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
