@@ -147,9 +147,9 @@ def _cells_parts(run: tuple[str, int], lacking: dict[str, list[str]]) -> list[st
 
 def missing_inputs(results, missing, summary, run, lacking) -> list[str]:
     """What the rule needs and `results` lacks, each with the command that makes it: Celo2
-    main runs (`missing`), a complete report (`summary`, None when absent), the shipped `run`'s
-    result and tuned AdamW's on every held-out cell (`lacking_cells`), and its item-4 results
-    (`schedule_choice`); [] when none."""
+    main runs (`missing`), a report with every judged result (`summary`, None when absent),
+    the shipped `run`'s result and tuned AdamW's on every held-out cell (`lacking_cells`), and
+    its item-4 results (`schedule_choice`); [] when none."""
     parts = [_runs_part(results, missing)] if missing else []
     if not report_complete(summary):
         parts.append(_report_part(results, summary))
