@@ -6,7 +6,9 @@ results beside the same checkpoints' protocol results (the constant schedule the
 meta-trained with) and tuned AdamW's, cell by cell, and applies `decision_rule.md`'s item 4: the
 shipped Celo2 optimizer carries the decayed schedule if, for its checkpoint, the decayed
 `learning_rate=1` is within DEFAULT_TOLERANCE × tuned AdamW's **validation** loss on more cells
-than the constant one. Test losses are reported, never used to choose. Nothing here enters a
+than the constant one. Test losses are reported, never used to choose. Beside them, per Celo2
+arm, H1's measure taken with each schedule (`arm_summary`: the mean over meta-seeds of the tuned
+test losses, at or below tuned AdamW's on how many cells), reported only. Nothing here enters a
 verdict.
 """
 
@@ -168,7 +170,46 @@ def summarise(
             for k in keys
         }
         runs[run] = {"cells": cells, **run_summary(cells)}
-    return {"schedule": dict(settings.DECAYED_SCHEDULE), "runs": runs, "stale": stale}
+    return {
+        "schedule": dict(settings.DECAYED_SCHEDULE),
+        "runs": runs,
+        "arms": arm_summary(runs, keys),
+        "stale": stale,
+    }
+
+
+def arm_summary(runs: dict[str, dict[str, Any]], keys: list[str]) -> dict[str, dict[str, Any]]:
+    """Per Celo2 arm, H1's measure taken with each schedule (reported, never a verdict): on
+    every cell where each of its meta-seeds has both schedules' tuned results and tuned AdamW
+    has one, the mean over the seeds of the tuned test losses as a ratio to tuned AdamW's, and
+    on how many such cells that mean is at or below AdamW's. `runs` is `summarise`'s."""
+    arms = {}
+    for arm in settings.CELO2_ARMS:
+        labels = [run_label((arm, seed)) for seed in settings.MAIN_SEEDS]
+        cells = {}
+        for key in keys:
+            entries = [runs.get(label, {}).get("cells", {}).get(key) for label in labels]
+            if any(e is None or None in (e[CONSTANT], e[DECAYED], e["adamw"]) for e in entries):
+                continue
+            adamw = entries[0]["adamw"]
+            means = {
+                name: sum(e[name]["tuned_test"] for e in entries) / len(entries)
+                for name in (CONSTANT, DECAYED)
+            }
+            cells[key] = {
+                name: {"ratio_adamw": means[name] / adamw, "at_or_below": means[name] <= adamw}
+                for name in (CONSTANT, DECAYED)
+            }
+        arms[arm] = {
+            "cells": cells,
+            "complete": len(cells),
+            "of": len(keys),
+            "at_or_below_adamw": {
+                name: sum(c[name]["at_or_below"] for c in cells.values())
+                for name in (CONSTANT, DECAYED)
+            },
+        }
+    return arms
 
 
 _f = common.fmt_value
@@ -207,7 +248,41 @@ def markdown(summary: dict[str, Any]) -> list[str]:
         return lines + ["No decayed result yet.", ""] + stale
     for run, entry in summary["runs"].items():
         lines += run_block(f"**{run}**", entry)
-    return lines + stale
+    return lines + arm_block(summary["arms"]) + stale
+
+
+def arm_block(arms: dict[str, dict[str, Any]]) -> list[str]:
+    """The section's arm-level lines (`arm_summary`): each arm's count with both schedules and
+    its tuned ratio to AdamW per complete cell; [] while no arm has a complete cell."""
+    if not any(a["complete"] for a in arms.values()):
+        return []
+    counts = "; ".join(
+        f"{settings.ARMS[arm].label} on {a['at_or_below_adamw'][CONSTANT]} (constant) and "
+        f"{a['at_or_below_adamw'][DECAYED]} (decayed) of {a['complete']} cells complete "
+        f"(of {a['of']})"
+        for arm, a in arms.items()
+    )
+    header = " | ".join(
+        f"{settings.ARMS[arm].label}: {name}" for arm in arms for name in (CONSTANT, DECAYED)
+    )
+    lines = [
+        "**Arm means, tuned (H1's measure with each schedule; reported, not a verdict):** the "
+        "mean over meta-seeds of the tuned test loss at or below tuned AdamW's: "
+        f"{counts}.",
+        "",
+        f"| cell | {header} |",
+        "|---|" + "---|" * (2 * len(arms)),
+    ]
+    keys = [k for a in arms.values() for k in a["cells"]]
+    for key in dict.fromkeys(keys):
+        row = []
+        for a in arms.values():
+            cell = a["cells"].get(key)
+            for name in (CONSTANT, DECAYED):
+                text = "–" if cell is None else _f(cell[name]["ratio_adamw"], 3)
+                row.append(text if text == "–" else f"{text}×")
+        lines.append(f"| {key} | " + " | ".join(row) + " |")
+    return lines + [""]
 
 
 def run_block(label: str, entry: dict[str, Any]) -> list[str]:

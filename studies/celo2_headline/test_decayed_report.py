@@ -247,3 +247,52 @@ def test_shipped_decayed_results_of_other_weights_or_schedules_are_left_out(tmp_
     assert entry["cells"][KEYS[2]]["constant"] is None
     # 11 cells judged, decayed within on all 11, constant on none: decided (3 left cannot tie).
     assert (entry["judged"], entry["schedule"]) == (11, "decayed")
+
+
+def _arm_tree(root: Path, decayed_tests: dict[int, float], missing_seed: int | None = None) -> Path:
+    """AdamW (test 1.0) and every PES-Celo2 seed's results on every cell: the constant step's
+    tuned test 1.1, the decayed one's `decayed_tests[seed]`; `missing_seed`'s decayed result on
+    the first cell left out."""
+    evaluation = root / "evaluation"
+    for key in KEYS:
+        _write(evaluation / "baselines/adamw" / f"{key}.json", _result(1.0, 1.0, 1.0, 1.0))
+        for seed in settings.MAIN_SEEDS:
+            run = f"pes_celo2/s{seed}"
+            _write(evaluation / "runs" / run / "best" / f"{key}.json", _result(2, 1, 1.1, 1.5))
+            if seed == missing_seed and key == KEYS[0]:
+                continue
+            test = decayed_tests[seed]
+            decayed = _result(1.0, 0.9, test, test)
+            decayed["lo_schedule"] = settings.DECAYED_SCHEDULE
+            _write(evaluation / "decayed" / run / "best" / f"{key}.json", decayed)
+    return evaluation
+
+
+def test_arm_means_count_cells_at_or_below_adamw_with_each_schedule(tmp_path):
+    # Seeds at 0.8, 1.0 and 1.2 × AdamW with the decayed step: their mean, 1.0, is "at or below".
+    arms = _summary(_arm_tree(tmp_path, {0: 0.8, 1: 1.0, 2: 1.2}))["arms"]
+    pes = arms["pes_celo2"]
+    assert (pes["complete"], pes["of"]) == (len(KEYS), len(KEYS))
+    assert pes["at_or_below_adamw"] == {"constant": 0, "decayed": len(KEYS)}
+    cell = pes["cells"][KEYS[0]]
+    assert cell["constant"]["ratio_adamw"] == pytest.approx(1.1)
+    assert cell["decayed"]["ratio_adamw"] == pytest.approx(1.0)
+    # no ELO-Celo2 result at all: no complete cell
+    assert arms["elo_celo2"]["complete"] == 0 and arms["elo_celo2"]["cells"] == {}
+
+
+def test_an_arm_cell_without_every_seed_is_left_out_of_its_count(tmp_path):
+    arms = _summary(_arm_tree(tmp_path, {0: 0.9, 1: 0.9, 2: 1.3}, missing_seed=1))["arms"]
+    pes = arms["pes_celo2"]
+    assert pes["complete"] == len(KEYS) - 1 and KEYS[0] not in pes["cells"]
+    # mean 1.033: above AdamW on every complete cell
+    assert pes["at_or_below_adamw"] == {"constant": 0, "decayed": 0}
+
+
+def test_the_report_shows_the_arm_means_beside_the_runs(tmp_path):
+    evaluation = _arm_tree(tmp_path, {0: 0.9, 1: 0.9, 2: 0.9})
+    text = report.markdown(report.summarise(evaluation.parent))
+    section = text.split("### Item 4")[1].split("###")[0]
+    line = f"PES-Celo2 on 0 (constant) and {len(KEYS)} (decayed) of {len(KEYS)} cells complete"
+    assert "**Arm means, tuned" in section and line in section
+    assert f"| {KEYS[0]} | 1.100× | 0.900× | – | – |" in section
