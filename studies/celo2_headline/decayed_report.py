@@ -262,27 +262,23 @@ def arm_block(arms: dict[str, dict[str, Any]]) -> list[str]:
         f"(of {a['of']})"
         for arm, a in arms.items()
     )
-    header = " | ".join(
+    header = ["cell"] + [
         f"{settings.ARMS[arm].label}: {name}" for arm in arms for name in (CONSTANT, DECAYED)
-    )
-    lines = [
-        "**Arm means, tuned (H1's measure with each schedule; reported, not a verdict):** the "
-        "mean over meta-seeds of the tuned test loss at or below tuned AdamW's: "
-        f"{counts}.",
-        "",
-        f"| cell | {header} |",
-        "|---|" + "---|" * (2 * len(arms)),
     ]
-    keys = [k for a in arms.values() for k in a["cells"]]
-    for key in dict.fromkeys(keys):
-        row = []
+    rows = []
+    for key in dict.fromkeys(k for a in arms.values() for k in a["cells"]):
+        row = [key]
         for a in arms.values():
             cell = a["cells"].get(key)
             for name in (CONSTANT, DECAYED):
                 text = "–" if cell is None else _f(cell[name]["ratio_adamw"], 3)
                 row.append(text if text == "–" else f"{text}×")
-        lines.append(f"| {key} | " + " | ".join(row) + " |")
-    return lines + [""]
+        rows.append(row)
+    intro = (
+        "**Arm means, tuned (H1's measure with each schedule; reported, not a verdict):** the "
+        f"mean over meta-seeds of the tuned test loss at or below tuned AdamW's: {counts}."
+    )
+    return [intro, "", *common.md_table(header, rows)]
 
 
 def run_block(label: str, entry: dict[str, Any]) -> list[str]:
