@@ -2,7 +2,8 @@
 inverse, `import_pylo`.
 
 PyLO (github.com/Belilovsky-Lab/pylo) runs learned optimizers in PyTorch and publishes the
-paper's ELO and ELO-Celo2 weights on the Hugging Face Hub in this layout.
+paper's ELO and ELO-Celo2 weights on the Hugging Face Hub in this layout; its `celo2` branch
+holds the Celo2 authors' published weights (`_pylo_celo2.py`).
 """
 
 import inspect
@@ -17,7 +18,18 @@ import safetensors
 import safetensors.numpy
 
 from ._export import optimizer_spec
+from ._flax_msgpack import read_flax_msgpack
 from ._io import atomic_write, CheckpointError
+from ._pylo_celo2 import (
+    celo2_naive_kwargs,
+    CELO2_NAIVE_SETTINGS,
+    celo2_naive_weights,
+    check_adam_betas,
+    DENSE_NAMES,
+    GROUPED_NAMES,
+    HAIKU_NAMES,
+)
+from ._torch_state_dict import read_torch_state_dict
 from .optimizers._base import AbstractLearnedOptimizer
 from .optimizers._celo2 import Celo2
 from .optimizers._newton_schulz import NS_COEFFS
@@ -232,6 +244,7 @@ def export_pylo(path: str | os.PathLike, lo: AbstractLearnedOptimizer) -> Path:
 
 _HUB_WEIGHTS = "model.safetensors"
 _HUB_CONFIG = "config.json"
+_FLAX_THETA = "theta.state"
 _SMALL_FC_LAYERS = ("network.input", "network.linear_0", "network.output")
 _CELO2_NAMES = (
     *(f"w0.{k}" for k in range(len(_CELO2_FEATURE_DIMS))),
@@ -340,6 +353,31 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     return value
 
 
+def _unwrap(tree: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Strip single-key nesting (`{"ff_mod_stack": {"~": {...}}}`) down to the arrays."""
+    while len(tree) == 1 and isinstance(next(iter(tree.values())), Mapping):
+        tree = next(iter(tree.values()))
+    return tree
+
+
+def _read_file(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str], str]:
+    """(tensors, safetensors metadata, a description) of a file, by its content: a PyTorch zip
+    archive, a flax msgpack file or safetensors."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    if head[:4] == b"PK\x03\x04":
+        return read_torch_state_dict(path), {}, f"PyTorch file {path}"
+    if head[:1] and (0x80 <= head[0] <= 0x8F or head[0] in (0xDE, 0xDF)):
+        tree = _unwrap(read_flax_msgpack(path))
+        if not all(isinstance(v, np.ndarray) for v in tree.values()):
+            raise CheckpointError(
+                f"flax file {path} does not hold one dict of arrays (keys {sorted(tree)[:8]})."
+            )
+        return dict(tree), {}, f"flax file {path}"
+    tensors, metadata = _read_safetensors(path)
+    return tensors, metadata, f"PyLO file {path}"
+
+
 def _read_source(
     source: str | os.PathLike | Mapping[str, Any],
 ) -> tuple[dict[str, np.ndarray], dict[str, str], dict[str, Any] | None, str]:
@@ -359,12 +397,16 @@ def _read_source(
     path = Path(source).expanduser()
     if path.is_dir():
         weights = path / _HUB_WEIGHTS
+        if not weights.is_file() and (path / _FLAX_THETA).is_file():
+            tensors, metadata, what = _read_file(path / _FLAX_THETA)
+            return tensors, metadata, None, what
         if not weights.is_file():
             present = sorted(p.name for p in path.iterdir())[:8]
             raise CheckpointError(
                 f"Directory {path} has no {_HUB_WEIGHTS} (it holds {present}); expected the "
                 f"Hugging Face Hub layout ({_HUB_WEIGHTS} and {_HUB_CONFIG}) that "
-                "elo.export_pylo(directory, lo) and PyLO's save_pretrained write."
+                "elo.export_pylo(directory, lo) and PyLO's save_pretrained write, or the "
+                f"Celo2 authors' {_FLAX_THETA}."
             )
         config_path = path / _HUB_CONFIG
         config = _read_json(config_path, "Model config") if config_path.is_file() else None
@@ -372,29 +414,59 @@ def _read_source(
         return tensors, metadata, config, f"PyLO file {weights}"
     if not path.exists():
         raise CheckpointError(
-            f"PyLO file {path} does not exist; pass a .safetensors file or a directory holding "
-            f"{_HUB_WEIGHTS}."
+            f"PyLO file {path} does not exist; pass a .safetensors, PyTorch .pt or flax "
+            f"{_FLAX_THETA} file, or a directory holding {_HUB_WEIGHTS} or {_FLAX_THETA}."
         )
-    tensors, metadata = _read_safetensors(path)
-    return tensors, metadata, None, f"PyLO file {path}"
+    tensors, metadata, what = _read_file(path)
+    return tensors, metadata, None, what
 
 
-def _layout(tensors: Mapping[str, np.ndarray], what: str) -> type:
-    """SmallFC or Celo2, by the tensor names; a one-line error naming the difference otherwise."""
+_LAYOUTS: dict[str, tuple[type | None, frozenset[str]]] = {
+    "MetaMLP (SmallFC)": (SmallFC, frozenset(_SMALL_FC_NAMES)),
+    "CELO2MLP (Celo2)": (Celo2, frozenset(_CELO2_NAMES)),
+    # The Celo2 authors' published weights, for PyLO's `Celo2_naive` (`None`: that flavour).
+    "Celo2MLP, per group (celo2_weights.pt)": (None, GROUPED_NAMES),
+    "Celo2MLP": (None, DENSE_NAMES),
+    "Celo2MLP as the Celo2 authors' haiku parameters (theta.state)": (None, HAIKU_NAMES),
+}
+
+
+def _layout(tensors: Mapping[str, np.ndarray], what: str) -> type | None:
+    """SmallFC or Celo2 by the tensor names, or None for the layouts of PyLO's `Celo2_naive`; a
+    one-line error naming the difference otherwise."""
     names = set(tensors)
-    for cls, expected in ((SmallFC, _SMALL_FC_NAMES), (Celo2, _CELO2_NAMES)):
-        if names == set(expected):
+    for cls, expected in _LAYOUTS.values():
+        if names == expected:
             return cls
     # Report against the layout the file is closest to.
-    best = max((_SMALL_FC_NAMES, _CELO2_NAMES), key=lambda e: len(names & set(e)))
-    model = "MetaMLP (SmallFC)" if best is _SMALL_FC_NAMES else "CELO2MLP (Celo2)"
-    missing = [k for k in best if k not in names]
-    unexpected = sorted(names - set(best))
+    model, (_, best) = max(_LAYOUTS.items(), key=lambda item: len(names & item[1][1]))
+    missing = sorted(best - names)
+    unexpected = sorted(names - best)
     raise CheckpointError(
-        f"{what} is not in PyLO's layout of {model}: missing keys {missing}, unexpected keys "
-        f"{unexpected[:10]}{' ...' if len(unexpected) > 10 else ''}. Only PyLO's MetaMLP "
-        "(hidden_layers=1) and CELO2MLP (hidden_layers=2) state dicts can be imported."
+        f"{what} is not in PyLO's layout of {model}: missing keys {missing[:10]}, unexpected keys "
+        f"{unexpected[:10]}{' ...' if len(unexpected) > 10 else ''}. elo imports PyLO's "
+        "MetaMLP (hidden_layers=1), CELO2MLP (hidden_layers=2) and Celo2MLP state dicts and "
+        "the Celo2 authors' theta.state."
     )
+
+
+def _import_celo2_naive(
+    tensors: Mapping[str, np.ndarray],
+    what: str,
+    optimizer_config: Mapping[str, Any] | None,
+    hyperparameters: Mapping[str, Any],
+) -> Celo2:
+    """The Celo2 authors' weights with the settings of PyLO's `Celo2_naive`."""
+    weights = celo2_naive_weights(tensors, what)
+    kwargs = dict(CELO2_NAIVE_SETTINGS)
+    if optimizer_config is not None:
+        kwargs |= celo2_naive_kwargs(optimizer_config, "import_pylo")
+    kwargs |= hyperparameters
+    check_adam_betas(kwargs, "import_pylo")
+    try:
+        return Celo2(weights=weights, **kwargs)
+    except TypeError as e:
+        raise ValueError(f"import_pylo: {e}") from None
 
 
 def _expected_shapes(cls: type, hidden: int) -> dict[str, tuple[int, ...]]:
@@ -514,7 +586,18 @@ def import_pylo(
     `w0.0` ... `w0.13`, `b0`, `dense_w.*`, `dense_b.*`) an [`elo.Celo2`][], with the hidden size
     of the tensors (see [`elo.pylo_state_dict`][] for the correspondence).
 
-    The hyperparameters are, from the weakest to the strongest:
+    **The Celo2 authors' published optimizer.** The weights of PyLO's `celo2` branch
+    (`celo2_weights.pt`: `first_layer_weights.0` ... `.13`, `first_layer_bias`, `hidden.*`,
+    `output.*`; or `Celo2MLP`'s own `first_layer.weight`, ...) and the authors' flax
+    `theta.state` (`{"ff_mod_stack": {"~": {"w0__0", ...}}}`) become an [`elo.Celo2`][] with
+    the settings of PyLO's `Celo2_naive`: constant `lr = 1e-3`, no weight decay, no global-norm
+    clip, gradients of the learned path clipped to $\\pm 1000$, AdamW at the same rate for
+    vectors, embeddings and the first and last matrix, weight decay applied after the step.
+    `optimizer_config` takes `Celo2_naive`'s keywords (`lr`, `weight_decay`,
+    `momentum_decays`, ...). `elo`'s update then equals `Celo2_naive`'s to float32 round-off
+    (tested against vectors made with PyLO itself, `tests/parity/pylo_celo2/`).
+
+    For the other layouts, the hyperparameters are, from the weakest to the strongest:
 
     1. the defaults of PyLO's optimizer for that network (`ELO_naive`: `lr = 1e-3`,
        `exp_mult = 1e-3`, no weight decay, decays `(0.9, 0.99, 0.999)`, `(0.999,)`,
@@ -530,16 +613,19 @@ def import_pylo(
     5. `**hyperparameters`: keyword arguments of `SmallFC` / `Celo2` (e.g. `step_mult`,
        `warmup_fraction`).
 
-    PyLO's `grad_clip_val` (an elementwise clip of Celo2's gradients, ±1000 by default) is not
-    part of ELO's Celo2 and is ignored.
+    `ELO_CELO2_naive`'s `grad_clip_val` (an elementwise clip of Celo2's gradients, ±1000 by
+    default) is not part of ELO's Celo2 and is ignored for that layout.
 
     **Arguments:**
 
-    - `source`: a `.safetensors` file; a directory in the Hugging Face Hub layout
-      (`model.safetensors`, optionally `config.json`), as written by `elo.export_pylo(directory,
-      lo)`, PyLO's `save_pretrained` or downloaded from the Hub; or a state dict (names to numpy
-      arrays or PyTorch tensors).
-    - `optimizer_config`: keyword arguments of PyLO's `ELO_naive` / `ELO_CELO2_naive`.
+    - `source`: a `.safetensors` file, a PyTorch `.pt` file (`torch.save`'s zip layout, read
+      without PyTorch; only tensors, storages and ordered dicts are unpickled, anything else is
+      refused), a flax msgpack file (`theta.state`); a directory in the Hugging Face Hub layout
+      (`model.safetensors`, optionally `config.json`, or `theta.state`), as written by
+      `elo.export_pylo(directory, lo)`, PyLO's `save_pretrained` or downloaded from the Hub; or
+      a state dict (names to numpy arrays or PyTorch tensors).
+    - `optimizer_config`: keyword arguments of PyLO's `ELO_naive` / `ELO_CELO2_naive` /
+      `Celo2_naive`.
     - `**hyperparameters`: keyword arguments of `elo.SmallFC` / `elo.Celo2`.
 
     **Returns:**
@@ -548,9 +634,9 @@ def import_pylo(
 
     **Raises:**
 
-    `elo.CheckpointError` (a `ValueError`) for a missing or unreadable file and for tensors of
-    another layout (the message names the missing and unexpected keys, or the tensor of the
-    wrong shape); `ValueError` for a setting `elo` does not implement.
+    `elo.CheckpointError` (a `ValueError`) for a missing, unreadable or unsafe file and for
+    tensors of another layout (the message names the missing and unexpected keys, or the tensor
+    of the wrong shape); `ValueError` for a setting `elo` does not implement.
 
     !!! example
 
@@ -558,10 +644,13 @@ def import_pylo(
         elo.export_pylo("exported/", lo)
         assert elo.import_pylo("exported/") == lo
         lo = elo.import_pylo("pylo_weights.safetensors", optimizer_config={"lr": 3e-4})
+        celo2 = elo.import_pylo("celo2_weights.pt")  # PyLO's Celo2_naive, in JAX
         ```
     """
     tensors, metadata, model_config, what = _read_source(source)
     cls = _layout(tensors, what)
+    if cls is None:
+        return _import_celo2_naive(tensors, what, optimizer_config, hyperparameters)
     weights, hidden = _neutral_weights(cls, tensors, what)
     if model_config is not None:
         _check_model_config(cls, model_config, hidden, what)

@@ -115,6 +115,17 @@ def _is_adam_path(path, leaf) -> bool:
     return jnp.ndim(leaf) <= 1 or "embed" in jax.tree_util.keystr(path)
 
 
+def _adam_routes(path_leaves, *, input_output: bool) -> list[bool]:
+    """Whether each `(path, leaf)` takes the AdamW step; with `input_output`, the first and the
+    last leaf of rank >= 2 (in flatten order) do too."""
+    routes = [_is_adam_path(path, leaf) for path, leaf in path_leaves]
+    if input_output:
+        matrices = [i for i, (_, leaf) in enumerate(path_leaves) if jnp.ndim(leaf) >= 2]
+        for i in matrices[:1] + matrices[-1:]:
+            routes[i] = True
+    return routes
+
+
 class Celo2(AbstractMLPOptimizer):
     """Celo2 as meta-trained by ELO (`ELO_Celo2LOpt`).
 
@@ -126,8 +137,9 @@ class Celo2(AbstractMLPOptimizer):
     $$s = \\mathrm{RMSnorm}(\\mathrm{NS}_5(d)), \\qquad
     \\theta \\leftarrow \\theta - \\eta_{t+1}(s + \\lambda_{wd}\\theta),$$
 
-    while vectors, scalars and parameters whose path contains `"embed"` take an AdamW step built
-    from the shared accumulators,
+    while vectors, scalars and parameters whose path contains `"embed"` (and, with
+    `adam_for_input_output`, the first and the last matrix) take an AdamW step built from the
+    shared accumulators,
     $\\theta \\leftarrow \\theta - k\\,\\eta_{t+1}\\left(\\hat m/(\\sqrt{\\hat v} + 10^{-8}) +
     \\lambda_{a}\\theta\\right)$ with $\\hat m = m_{0.9}/(1-0.9^{t+1})$ and
     $\\hat v = v/(1-\\beta_v^{t+1})$.
@@ -139,6 +151,11 @@ class Celo2(AbstractMLPOptimizer):
     `weight_decay = 0`, gradient clipping at global norm 1. (ELO's `elo_celo2.py` config file
     instead has `init_lr = 0`, `peak_lr = 1e-3`, `end_lr = 0`, `warmup_fraction = 0.05`,
     `weight_decay = 0.1`, `adam_lr_mult = 1`.)
+
+    PyLO's `Celo2_naive` (the PyTorch port of the Celo2 authors' optimizer) is this class with
+    `adam_lr_mult = 1`, `clip_grad = False`, `adam_for_input_output = True`,
+    `grad_clip_value = 1000` and `decay_after_step = True`, at a constant rate; see
+    [`elo.import_pylo`][].
     """
 
     w0: Float[Array, "30 hidden"]
@@ -161,6 +178,9 @@ class Celo2(AbstractMLPOptimizer):
     clip_grad: bool = eqx.field(static=True)
     clip_norm: float = eqx.field(static=True)
     orthogonalize: bool = eqx.field(static=True)
+    adam_for_input_output: bool = eqx.field(static=True)
+    grad_clip_value: float | None = eqx.field(static=True)
+    decay_after_step: bool = eqx.field(static=True)
 
     imitation_magnitude: ClassVar[Literal["norm", "elementwise"]] = "elementwise"
     num_features: ClassVar[int] = _NUM_FEATURES
@@ -185,6 +205,9 @@ class Celo2(AbstractMLPOptimizer):
         clip_grad: bool = True,
         clip_norm: float = 1.0,
         orthogonalize: bool = True,
+        adam_for_input_output: bool = False,
+        grad_clip_value: float | None = None,
+        decay_after_step: bool = False,
     ):
         """**Arguments:**
 
@@ -205,7 +228,21 @@ class Celo2(AbstractMLPOptimizer):
         - `adam_weight_decay`: $\\lambda_a$; `None` means `weight_decay`.
         - `clip_grad`, `clip_norm`: clip gradients by global norm first (True, 1.0).
         - `orthogonalize`: apply Newton–Schulz to matrix steps (True).
+        - `adam_for_input_output`: the first and the last parameter of rank $\\geq 2$ in the
+          tree's flatten order (a model's input and output layers, for a model whose fields
+          run from input to output) take the AdamW step too, as in PyLO's `Celo2_naive`
+          (False).
+        - `grad_clip_value`: clip the gradients of the Celo2-path parameters elementwise to
+          $\\pm$ this value before the accumulators (after `clip_grad`), as the Celo2 authors'
+          optax code and PyLO do with 1000; `None` does not clip (None).
+        - `decay_after_step`: decay the parameter after the learned step,
+          $\\theta \\leftarrow (\\theta - \\eta s)(1 - \\eta\\lambda_{wd})$, as PyLO's
+          `Celo2_naive` does, instead of $\\theta - \\eta(s + \\lambda_{wd}\\theta)$ (False).
         """
+        if grad_clip_value is not None and not float(grad_clip_value) > 0:
+            raise ValueError(
+                f"Celo2: grad_clip_value must be positive or None, got {grad_clip_value!r}."
+            )
         shapes = {
             "w0": (_NUM_FEATURES, hidden_size),
             "b0": (hidden_size,),
@@ -243,6 +280,9 @@ class Celo2(AbstractMLPOptimizer):
         self.clip_grad = bool(clip_grad)
         self.clip_norm = float(clip_norm)
         self.orthogonalize = bool(orthogonalize)
+        self.adam_for_input_output = bool(adam_for_input_output)
+        self.grad_clip_value = None if grad_clip_value is None else float(grad_clip_value)
+        self.decay_after_step = bool(decay_after_step)
 
     @classmethod
     def from_config(
@@ -339,8 +379,11 @@ class Celo2(AbstractMLPOptimizer):
         return jnp.where(step < warmup, ramp, cosine).astype(jnp.float32)
 
     def imitation_leaves(self, params: Params) -> PyTree[bool]:
-        """The Celo2-path parameters: rank $\\geq 2$ and no `"embed"` in the path."""
-        return jax.tree_util.tree_map_with_path(lambda k, x: not _is_adam_path(k, x), params)
+        """The Celo2-path parameters: rank $\\geq 2$, no `"embed"` in the path and, with
+        `adam_for_input_output`, neither the first nor the last matrix."""
+        path_leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+        routes = _adam_routes(path_leaves, input_output=self.adam_for_input_output)
+        return jax.tree.unflatten(treedef, [not adam for adam in routes])
 
     @property
     def expert_b2(self) -> float:
@@ -385,6 +428,15 @@ class Celo2(AbstractMLPOptimizer):
         [`elo.as_optax`][]."""
         check_structure(grads, params, state.mom, owner="Celo2")
         chunk_size = check_chunk_size(chunk_size, owner="Celo2.update")
+        path_leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+        routes = _adam_routes(path_leaves, input_output=self.adam_for_input_output)
+        if self.grad_clip_value is not None:
+            c = self.grad_clip_value
+            clipped = [
+                g if adam else jnp.clip(g, -c, c)
+                for g, adam in zip(treedef.flatten_up_to(grads), routes)
+            ]
+            grads = jax.tree.unflatten(treedef, clipped)
         t = state.iteration
         state, fac_g = accumulate(
             state,
@@ -399,7 +451,6 @@ class Celo2(AbstractMLPOptimizer):
         adam_wd = self.weight_decay if self.adam_weight_decay is None else self.adam_weight_decay
         b1 = jnp.asarray(self.momentum_decays[0], jnp.float32)
         b2 = jnp.asarray(self.rms_decays[-1], jnp.float32)
-        path_leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
         others = [
             treedef.flatten_up_to(x)
             for x in (grads, state.mom, state.rms, fac_g, state.v_row, state.v_col)
@@ -410,9 +461,9 @@ class Celo2(AbstractMLPOptimizer):
         # is streamed through the MLP chunk by chunk on its own.
         runs: list[list[int]] = [[]]
         feats: dict[int, TensorFeatures] = {}
-        for i, ((path, p), g, m, v, fg, row, col) in enumerate(zip(path_leaves, *others)):
+        for i, ((_, p), g, m, v, fg, row, col) in enumerate(zip(path_leaves, *others)):
             p32, m, v = p.astype(jnp.float32), m.astype(jnp.float32), v.astype(jnp.float32)
-            if _is_adam_path(path, p):
+            if routes[i]:
                 m_hat = m[..., 0] / (1.0 - b1**count)
                 v_hat = v[..., -1] / (1.0 - b2**count)
                 u = -(adam_lr * (m_hat / (jnp.sqrt(v_hat) + 1e-8) + adam_wd * p32))
@@ -439,7 +490,12 @@ class Celo2(AbstractMLPOptimizer):
             direction = directions[i]
             p = path_leaves[i][1]
             _, step = self._step(direction)
-            u = -(lr * (step + self.weight_decay * p.astype(jnp.float32)))
+            p32 = p.astype(jnp.float32)
+            if self.decay_after_step:
+                # (p - lr*s)(1 - lr*wd) - p, written so that wd = 0 gives -lr*s exactly.
+                u = -(lr * step) - lr * self.weight_decay * (p32 - lr * step)
+            else:
+                u = -(lr * (step + self.weight_decay * p32))
             updates[i] = u.reshape(p.shape).astype(p.dtype)
         state = eqx.tree_at(lambda s: s.iteration, state, t + 1)
         return jax.tree.unflatten(treedef, updates), state
