@@ -8,3 +8,4 @@ from ._experts import (
     muon_expert as muon_expert,
 )
 from ._newton_schulz import newton_schulz as newton_schulz
+from ._newton_schulz_mesh import newton_schulz_many as newton_schulz_many

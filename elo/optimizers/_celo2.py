@@ -7,7 +7,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from .._custom_types import Params, Updates
@@ -15,7 +14,6 @@ from ._accumulators import accumulate, factored_dims, LOState, safe_rsqrt
 from ._chunked import (
     check_chunk_size,
     default_chunk_size,
-    explicit_sharding,
     factored_features,
 )
 from ._mlp_optimizer import AbstractMLPOptimizer
@@ -30,7 +28,8 @@ from ._network import (
     TensorFeatures,
     truncated_normal,
 )
-from ._newton_schulz import newton_schulz, NS_COEFFS
+from ._newton_schulz import NS_COEFFS
+from ._newton_schulz_mesh import newton_schulz_many
 from ._preprocess import check_structure
 from ._weights import hidden_size_of, read_weights, split_config, WEIGHT_NAMES
 
@@ -399,21 +398,16 @@ class Celo2(AbstractMLPOptimizer):
         (direction,) = mlp(feats, self.w0, self.b0, self._rest, axes=_mlp_axes(ndim), eps=_EPS)
         return direction
 
-    def _step(self, direction):
-        axes = _mlp_axes(direction.ndim)
-        if not (self.orthogonalize and direction.ndim >= 2):
-            return direction, second_moment_normalize(direction, axes, _EPS)
-        # Newton-Schulz multiplies whole matrices. Under an Explicit mesh a sharded direction is
-        # gathered for it (the compiler picks the collectives under an Auto mesh) and the step
-        # is sharded like the parameter again.
-        sharding = explicit_sharding(direction)
-        if sharding is not None:
-            direction = jax.sharding.reshard(direction, NamedSharding(sharding.mesh, P()))
-        ns = newton_schulz(direction, form="celo2")
-        step = second_moment_normalize(ns, axes, _EPS)
-        if sharding is not None:
-            ns, step = (jax.sharding.reshard(x, sharding) for x in (ns, step))
-        return ns, step
+    def _steps(self, directions: list[Array]) -> list[tuple[Array, Array]]:
+        """`(orthogonalised direction, step)` of every direction: Newton–Schulz of the matrices
+        (spread over the devices of a mesh, `newton_schulz_many`), then the RMS norm."""
+        ortho = [i for i, d in enumerate(directions) if self.orthogonalize and d.ndim >= 2]
+        done = dict(zip(ortho, newton_schulz_many([directions[i] for i in ortho])))
+        out = []
+        for i, direction in enumerate(directions):
+            ns = done.get(i, direction)
+            out.append((ns, second_moment_normalize(ns, _mlp_axes(ns.ndim), _EPS)))
+        return out
 
     def update_preprocessed(
         self,
@@ -486,10 +480,10 @@ class Celo2(AbstractMLPOptimizer):
                 eps=_EPS,
             )
             directions.update((i, direction) for i, (direction,) in zip(run, outputs))
-        for i in sorted(directions):
-            direction = directions[i]
+        order = sorted(directions)
+        steps = self._steps([directions[i] for i in order])
+        for i, (_, step) in zip(order, steps):
             p = path_leaves[i][1]
-            _, step = self._step(direction)
             p32 = p.astype(jnp.float32)
             if self.decay_after_step:
                 # (p - lr*s)(1 - lr*wd) - p, written so that wd = 0 gives -lr*s exactly.
@@ -565,7 +559,7 @@ class Celo2(AbstractMLPOptimizer):
         feats = _features(p, g, m, rms, fac_g, v_row, v_col)
         explicit = explicit_features(feats, _mlp_axes(p.ndim), _EPS)
         direction = self._direction(feats, p.ndim)
-        step_ns, step = self._step(direction)
+        ((step_ns, step),) = self._steps([direction])
         out = {
             "features": explicit.reshape(shape + explicit.shape[-1:]),
             "direction": direction.reshape(shape),
