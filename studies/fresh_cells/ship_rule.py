@@ -3,8 +3,8 @@
     python -m studies.fresh_cells.ship_rule            # writes results/ship_rule.json, prints
 
 Reads the headline study's tuned results with the warm-up + cosine step (the six Celo2 main
-runs' selected checkpoints under `evaluation/decayed/`, the published Celo2 under
-`evaluation/shipped_decayed/celo2_published/`) and tuned AdamW's (`evaluation/baselines/adamw/`).
+runs' selected checkpoints under `evaluation/decayed/`, the published Celo2, which ships with
+that schedule, under `evaluation/shipped/celo2_published/`: rule.md's amendment) and tuned AdamW's (`evaluation/baselines/adamw/`).
 Only validation losses are read. Refuses while any candidate lacks a headline cell.
 """
 
@@ -26,7 +26,7 @@ def candidate_dir(evaluation: Path, candidate: str) -> Path:
     """Where a candidate's decayed-schedule results live."""
     if "/" in candidate:  # a main run, "<arm>/s<seed>"
         return evaluation / "decayed" / candidate / "best"
-    return evaluation / "shipped_decayed" / candidate
+    return evaluation / "shipped" / candidate
 
 
 def tuned_validation(result: dict[str, Any]) -> float:
