@@ -4,7 +4,8 @@
 
 Reads the headline study's tuned results with the warm-up + cosine step (the six Celo2 main
 runs' selected checkpoints under `evaluation/decayed/`, the published Celo2, which ships with
-that schedule, under `evaluation/shipped/celo2_published/`: rule.md's amendment) and tuned AdamW's (`evaluation/baselines/adamw/`).
+that schedule, under `evaluation/shipped/celo2_published/`: rule.md's amendment) and tuned
+AdamW's (`evaluation/baselines/adamw/`).
 Only validation losses are read. Refuses while any candidate lacks a headline cell.
 """
 
