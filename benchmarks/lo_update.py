@@ -37,6 +37,9 @@ TRANSFORMERS = {
     "4M": (256, 4, 2048, 512),
     "34M": (512, 8, 8192, 1024),
     "101M": (768, 12, 16384, 1024),
+    # GPT-2 small and medium: 124M and 355M parameters with this untied head (GPT-2 ties it).
+    "gpt2-124M": (768, 12, 50257, 1024),
+    "gpt2-350M": (1024, 24, 50257, 1024),
 }
 
 
@@ -58,6 +61,8 @@ def transformer_shapes(d: int, layers: int, vocab: int, context: int) -> dict:
 
 
 def _shapes(kind: str, size: str):
+    if kind == "matrix" and size not in MATRICES:
+        raise SystemExit(f"--sizes {size}: no matrix of that size; transformers only.")
     if kind == "matrix":
         return {"w": MATRICES[size]}
     return transformer_shapes(*TRANSFORMERS[size])
@@ -122,7 +127,10 @@ def worker(config: dict) -> dict:
         times.append(time.perf_counter() - start)
     finite = all(bool(jnp.all(jnp.isfinite(p))) for p in jax.tree.leaves(params))
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    # An accelerator's own peak (None on the CPU, whose memory is the process's RSS).
+    stats = jax.devices()[0].memory_stats() or {}
     return {
+        "device_peak_bytes": stats.get("peak_bytes_in_use"),
         **config,
         "num_params": num_params,
         "num_tensors": len(leaves),
@@ -204,7 +212,12 @@ def markdown(results: list[dict]) -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--sizes", nargs="+", default=["1M", "4M", "34M"], choices=MATRICES)
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        default=["1M", "4M", "34M"],
+        choices=[*MATRICES, *(s for s in TRANSFORMERS if s not in MATRICES)],
+    )
     parser.add_argument("--kinds", nargs="+", default=["matrix", "transformer"])
     parser.add_argument("--optimizers", nargs="+", default=list(OPTIMIZERS), choices=OPTIMIZERS)
     parser.add_argument("--repeats", type=int, default=5)

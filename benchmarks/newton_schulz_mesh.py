@@ -45,7 +45,7 @@ def _collectives(hlo: str) -> dict[str, int]:
 
 
 def _child(devices: int, layers: int, width: int, repeats: int, out: str) -> None:
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={devices}")
     import jax
     import numpy as np
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
@@ -56,7 +56,9 @@ def _child(devices: int, layers: int, width: int, repeats: int, out: str) -> Non
     shapes = [(width, width)] * 4 + [(width, 4 * width), (4 * width, width)]
     keys = jax.random.split(jax.random.key(0), layers * len(shapes))
     plain = [jax.random.normal(k, s) for k, s in zip(keys, shapes * layers)]
-    mesh = jax.make_mesh((devices,), ("d",), axis_types=(AxisType.Explicit,))
+    mesh = jax.make_mesh(
+        (devices,), ("d",), axis_types=(AxisType.Explicit,), devices=jax.devices()[:devices]
+    )
     sharded = [jax.device_put(x, NamedSharding(mesh, P("d", None))) for x in plain]
 
     def gathered(xs):
@@ -84,6 +86,14 @@ def _child(devices: int, layers: int, width: int, repeats: int, out: str) -> Non
             "median_s": float(np.median(times)),
         }
     Path(out).write_text(json.dumps(result))
+
+
+def _device_kind() -> str:
+    import jax
+
+    if jax.default_backend() == "cpu":
+        return "cpu (virtual devices sharing the cores)"
+    return jax.devices()[0].device_kind
 
 
 def main() -> None:
@@ -126,7 +136,7 @@ def main() -> None:
         "by_devices": rows,
         "commit": git_commit(),
         "jax": jax.__version__,
-        "device_kind": "cpu (virtual devices sharing the cores)",
+        "device_kind": _device_kind(),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "load_average_at_end": os.getloadavg(),
