@@ -185,6 +185,7 @@ def test_an_unwritable_out_is_refused_before_training(tmp_path, monkeypatch, cap
     assert f"--out {tmp_path} is a directory; give a file name" in err
 
 
+@pytest.mark.slow
 def test_a_result_that_cannot_be_written_is_kept(tmp_path, monkeypatch, capsys):
     def disk_full(path, parts):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
@@ -221,6 +222,7 @@ def test_as_optax_refuses_a_run_longer_than_its_step_counter(num_steps):
     assert int(state.num_steps) == 2**31 - 1
 
 
+@pytest.mark.slow
 def test_init_and_meta_step_say_they_expect_a_prng_key():
     # In a fresh interpreter: under pytest the jaxtyping hook would reject the calls first.
     code = """
@@ -263,6 +265,7 @@ def _problem():
     return params, grads
 
 
+@pytest.mark.slow
 def test_past_num_steps_a_learned_optimizer_repeats_its_last_scheduled_update():
     lo = elo.pretrained("small_fc_mnist8")
     params, grads = _problem()

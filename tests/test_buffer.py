@@ -311,6 +311,7 @@ def test_restart_policy_is_chosen_from_the_resume_probability():
         elo.internal.BufferedRestarts(resume_probability=0.0, num_slots=3, stores_xi=False)
 
 
+@pytest.mark.slow
 def test_buffered_restarts_refuse_particles_without_a_buffer():
     config = elo.presets.pes_small_fc(tasks=("quadratic-d10",), num_particles=4)
     state = elo.init(config, key=jr.key(0))

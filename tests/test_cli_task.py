@@ -78,6 +78,7 @@ def error_line(capsys) -> str:
     return err
 
 
+@pytest.mark.slow
 def test_meta_train_with_factory_tasks_resumes_and_refuses_other_tasks(factories, capsys):
     out = factories / "run"
     args = ["meta-train", *TINY, "--out", str(out)]

@@ -264,6 +264,7 @@ def test_updates_finite(seed, log_scale, zero, cls):
 _LOS_BY_CLASS = {cls: cls(key=jax.random.key(5), init_lr=1e-3) for cls in LOS}
 
 
+@pytest.mark.slow
 def test_features_do_not_depend_on_the_tree_around_a_tensor(lo, update_fn):
     # Without global-norm clipping every tensor is updated on its own: the same tensor in two
     # different pytrees gets the same update, up to float32 rounding. Small tensors share their
@@ -289,6 +290,7 @@ def test_features_do_not_depend_on_the_tree_around_a_tensor(lo, update_fn):
         np.testing.assert_allclose(ua["x"], ub["a"][1]["inner"], rtol=1e-6, atol=ulps * scale)
 
 
+@pytest.mark.slow
 def test_jit_and_vmap_over_optimizee_states(lo, update_fn):
     params = make_params(shapes=SMALL)
     batch = 3
@@ -368,6 +370,7 @@ def test_small_fc_merged_small_tensors_match_reference_formulation(update_fn):
     _assert_small_fc_matches_reference_formulation(update_fn, lo, shapes, seed=3)
 
 
+@pytest.mark.slow
 def test_merging_small_tensors_does_not_change_any_update(lo, monkeypatch):
     # Every tensor kind (scalar, vector, matrix, stack of matrices, conv kernel), with a large
     # tensor in the middle of the small ones: merged (default) and one tensor at a time must
