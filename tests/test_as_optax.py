@@ -171,6 +171,7 @@ def test_learning_rate_scales_the_updates(cls):
         np.testing.assert_array_max_ulp(np.asarray(u3), 3.0 * np.asarray(u), maxulp=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [SmallFC, Celo2], ids=lambda c: c.__name__)
 def test_none_gradients_are_passed_through(cls):
     params, loss = mlp_problem()
@@ -266,6 +267,7 @@ def test_equinox_frozen_layer():
     assert int(trainable_state.iteration) == num_steps
 
 
+@pytest.mark.slow
 def test_clear_errors_for_missing_parameters():
     params, loss = mlp_problem()
     opt = as_optax(SmallFC(key=jax.random.key(0)), num_steps=10)

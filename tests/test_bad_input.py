@@ -124,6 +124,7 @@ def test_a_truncation_longer_than_every_horizon_is_refused(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_failure_inside_the_run_directory_leaves_no_lock_behind(tmp_path, capsys):
     typo = [a.replace("mnist", "mnsit") for a in TINY]
     new = tmp_path / "new"
@@ -289,6 +290,7 @@ def test_past_num_steps_a_learned_optimizer_repeats_its_last_scheduled_update():
     assert not eqx.tree_equal(beyond, last)
 
 
+@pytest.mark.slow
 def test_as_optax_passes_a_nan_gradient_through_to_the_update():
     lo = elo.pretrained("small_fc_mnist8")
     params, grads = _problem()
@@ -326,6 +328,7 @@ def test_setup_sh_usage_cites_sections_that_exist():
         assert section in headings, (section, page)
 
 
+@pytest.mark.slow
 def test_evaluate_lr_sweep_selected_on_validation_writes_its_result(tmp_path):
     out = tmp_path / "sweep.json"
     argv = ["evaluate", "adamw", "--task", "quadratic-d4", "--steps", "4", "--lr-sweep"]

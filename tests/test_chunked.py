@@ -299,6 +299,7 @@ def test_working_memory_is_bounded():
     assert _temp_bytes_per_param(celo2, params, grads) <= muon
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_small_fc_cleans_a_large_tensors_raw_gradient_in_its_chunks(dtype):
     # `update` streams a large tensor's raw gradient and cleans it chunk by chunk; the result is

@@ -130,6 +130,7 @@ def test_crash_and_resume_reproduce_the_straight_run_bitwise(straight, tmp_path,
     assert [s["from_step"] for s in elo.read_sessions(out)] == [0, 3]
 
 
+@pytest.mark.slow
 def test_keyboard_interrupt_checkpoints_and_exits_130(tmp_path, monkeypatch, capsys):
     out = tmp_path / "interrupted"
     real_step = elo.cli._meta_train.meta_step
@@ -411,6 +412,7 @@ def test_the_progress_bar_leaves_the_compiling_step_out_of_its_estimate(
     assert early and all(left in ("00:00", "00:01") for left in early), frames
 
 
+@pytest.mark.slow
 def test_meta_step_says_it_expects_a_meta_state():
     # In a fresh interpreter: under pytest the jaxtyping hook would reject the call first.
     code = "import elo, jax; elo.meta_step(elo.presets.pes_small_fc(), jax.random.key(0))"

@@ -92,6 +92,7 @@ def test_non_float_fields_stay_inside_the_task():
     assert task.loss(params, jr.key(1)) == task.batch_loss(params, task.sample_batch(jr.key(1)))
 
 
+@pytest.mark.slow
 def test_a_model_factory_draws_a_fresh_model_per_key():
     task = make_task()
     a, b = task.init(jr.key(0)), task.init(jr.key(1))
@@ -157,6 +158,7 @@ def test_normalize_loss_is_bounded_by_max_loss():
     assert task.max_loss == pytest.approx(1.5 * float(jnp.mean(losses)), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_fingerprint_follows_shapes_not_objects():
     label = elo.tasks.task_label(make_task())
     assert label == elo.tasks.task_label(make_task())

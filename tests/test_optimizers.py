@@ -57,6 +57,7 @@ def update_fn():
     return UPDATE
 
 
+@pytest.mark.slow
 def test_meta_parameters_are_exactly_the_mlp_weights(lo):
     leaves = jax.tree_util.tree_leaves_with_path(eqx.filter(lo, eqx.is_inexact_array))
     names = [jax.tree_util.keystr(path).lstrip(".") for path, _ in leaves]
@@ -216,6 +217,7 @@ def test_state_shapes(lo):
     assert state.v_row["w_tall"].shape == state.v_row["w_wide"].shape == (5, 3)
 
 
+@pytest.mark.slow
 def test_num_steps_is_traced(lo):
     params = make_params()
     grads = make_grads(1, params)
