@@ -91,7 +91,7 @@ def _hub_directory(name: str, hub_dir: str | os.PathLike | None) -> Path:
     try:
         return _download(repo_id)
     except ImportError:
-        reason = "huggingface_hub is not installed (pip install 'elo[pylo]')"
+        reason = "huggingface_hub is not installed (pip install 'elo-optimizers[pylo]')"
     except Exception as e:  # offline, unknown repository, HTTP errors: all end the same way
         reason = f"the download failed: {_one_line(e).rstrip('.')}"
     raise ValueError(
@@ -114,8 +114,8 @@ def pretrained(
       `config.json`), e.g. the paper's `"hf:DiamondXL/elo"` (ELO, small_fc) and
       `"hf:DiamondXL/elo-celo2"` (ELO-Celo2). It is looked for first in `hub_dir`, then in the
       directory named by `$ELO_HUB_DIR` (as `OWNER/NAME/model.safetensors`), then downloaded
-      with `huggingface_hub` (the `pylo` extra: `pip install "elo[pylo]"`) into its cache,
-      which later calls, and offline ones (`HF_HUB_OFFLINE=1`), read again;
+      with `huggingface_hub` (the `pylo` extra: `pip install "elo-optimizers[pylo]"`) into its
+      cache, which later calls, and offline ones (`HF_HUB_OFFLINE=1`), read again;
     - a local path: a directory in the Hub layout or a `.safetensors` file (read with
       [`elo.import_pylo`][], hyperparameters as described there), or an `.eqx` file or run
       directory of `elo` (read with [`elo.load_optimizer`][]).

@@ -83,6 +83,7 @@ def test_trains_an_mlp_with_plain_optax_code(cls):
     assert int(opt_state.iteration) == num_steps
 
 
+@pytest.mark.slow
 def test_chains_with_other_transformations():
     params, loss = mlp_problem()
     lo = hand_designed(SmallFC)
@@ -143,6 +144,7 @@ def test_learning_rate_must_be_finite_and_positive(learning_rate):
         inspect.unwrap(as_optax)(SmallFC(key=jax.random.key(0)), num_steps=10, learning_rate=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [SmallFC, Celo2], ids=lambda c: c.__name__)
 def test_learning_rate_scales_the_updates(cls):
     params, loss = mlp_problem()
@@ -169,6 +171,7 @@ def test_learning_rate_scales_the_updates(cls):
         np.testing.assert_array_max_ulp(np.asarray(u3), 3.0 * np.asarray(u), maxulp=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [SmallFC, Celo2], ids=lambda c: c.__name__)
 def test_none_gradients_are_passed_through(cls):
     params, loss = mlp_problem()
@@ -216,6 +219,7 @@ def test_masked_and_multi_transform():
     assert eqx.tree_equal(updates["out"], jax.tree.map(lambda g: -0.1 * g, grads["out"]))
 
 
+@pytest.mark.slow
 def test_equinox_frozen_layer():
     """equinox's "freezing parameters" pattern: `eqx.partition` by a filter spec and
     `eqx.filter_value_and_grad`, which gives `None` gradients for the frozen first layer."""
@@ -263,6 +267,7 @@ def test_equinox_frozen_layer():
     assert int(trainable_state.iteration) == num_steps
 
 
+@pytest.mark.slow
 def test_clear_errors_for_missing_parameters():
     params, loss = mlp_problem()
     opt = as_optax(SmallFC(key=jax.random.key(0)), num_steps=10)

@@ -124,6 +124,7 @@ def test_a_truncation_longer_than_every_horizon_is_refused(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_failure_inside_the_run_directory_leaves_no_lock_behind(tmp_path, capsys):
     typo = [a.replace("mnist", "mnsit") for a in TINY]
     new = tmp_path / "new"
@@ -185,6 +186,7 @@ def test_an_unwritable_out_is_refused_before_training(tmp_path, monkeypatch, cap
     assert f"--out {tmp_path} is a directory; give a file name" in err
 
 
+@pytest.mark.slow
 def test_a_result_that_cannot_be_written_is_kept(tmp_path, monkeypatch, capsys):
     def disk_full(path, parts):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
@@ -221,6 +223,7 @@ def test_as_optax_refuses_a_run_longer_than_its_step_counter(num_steps):
     assert int(state.num_steps) == 2**31 - 1
 
 
+@pytest.mark.slow
 def test_init_and_meta_step_say_they_expect_a_prng_key():
     # In a fresh interpreter: under pytest the jaxtyping hook would reject the calls first.
     code = """
@@ -263,6 +266,7 @@ def _problem():
     return params, grads
 
 
+@pytest.mark.slow
 def test_past_num_steps_a_learned_optimizer_repeats_its_last_scheduled_update():
     lo = elo.pretrained("small_fc_mnist8")
     params, grads = _problem()
@@ -286,6 +290,7 @@ def test_past_num_steps_a_learned_optimizer_repeats_its_last_scheduled_update():
     assert not eqx.tree_equal(beyond, last)
 
 
+@pytest.mark.slow
 def test_as_optax_passes_a_nan_gradient_through_to_the_update():
     lo = elo.pretrained("small_fc_mnist8")
     params, grads = _problem()
@@ -323,6 +328,7 @@ def test_setup_sh_usage_cites_sections_that_exist():
         assert section in headings, (section, page)
 
 
+@pytest.mark.slow
 def test_evaluate_lr_sweep_selected_on_validation_writes_its_result(tmp_path):
     out = tmp_path / "sweep.json"
     argv = ["evaluate", "adamw", "--task", "quadratic-d4", "--steps", "4", "--lr-sweep"]

@@ -153,6 +153,7 @@ def test_resume_probability(num_slots, num_pushes, seed):
         assert abs(freq - 0.3) <= 5 * math.sqrt(0.3 * 0.7 / NUM_KEYS)
 
 
+@pytest.mark.slow
 @settings(deadline=None, max_examples=15)
 @given(st.sampled_from([1, 2, 5]), st.integers(1, 8), st.integers(0, 2**31 - 1))
 def test_pop_is_uniform_over_filled_slots(num_slots, num_pushes, seed):
@@ -311,6 +312,7 @@ def test_restart_policy_is_chosen_from_the_resume_probability():
         elo.internal.BufferedRestarts(resume_probability=0.0, num_slots=3, stores_xi=False)
 
 
+@pytest.mark.slow
 def test_buffered_restarts_refuse_particles_without_a_buffer():
     config = elo.presets.pes_small_fc(tasks=("quadratic-d10",), num_particles=4)
     state = elo.init(config, key=jr.key(0))

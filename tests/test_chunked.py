@@ -108,6 +108,7 @@ def test_chunk_layout_prefers_rows_to_columns_of_a_wide_matrix():
     assert _chunked.chunk_layout((1021, 512), 32768, (1, 1)) == (1, 32)
 
 
+@pytest.mark.slow
 def test_chunked_update_equals_unchunked(lo):
     # Chunked (1000 elements at a time, the CPU default and no chunking at all) and unchunked
     # updates agree up to float32 summation order; the new states are identical.
@@ -170,6 +171,7 @@ def _collectives(hlo: str) -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit], ids=str)
 def test_small_fc_on_sharded_parameters_keeps_the_sharding_and_gathers_nothing(axis_type):
     mesh = jax.make_mesh((4,), ("d",), axis_types=(axis_type,))
@@ -208,6 +210,7 @@ def _shapes_in(text: str) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit], ids=str)
 def test_celo2_on_sharded_parameters_moves_only_the_direction_for_newton_schulz(axis_type):
     # Newton-Schulz multiplies whole matrices: each sharded matrix's update direction moves to
@@ -238,6 +241,7 @@ def test_celo2_on_sharded_parameters_moves_only_the_direction_for_newton_schulz(
         )
 
 
+@pytest.mark.slow
 def test_bfloat16_parameters(lo):
     # bfloat16 parameters and gradients: float32 inside, bfloat16 updates and momenta; the
     # update is the float32 computation's on the same (bfloat16-valued) inputs, up to the
@@ -285,6 +289,7 @@ def _temp_bytes_per_param(opt, params, grads):
     return compiled.memory_analysis().temp_size_in_bytes / n
 
 
+@pytest.mark.slow
 def test_working_memory_is_bounded():
     # One 2048 x 1024 matrix: the update's temporaries beyond the state are a few floats per
     # parameter plus chunk-sized buffers; before chunking they were 76 B (small_fc) and 148 B
@@ -299,6 +304,7 @@ def test_working_memory_is_bounded():
     assert _temp_bytes_per_param(celo2, params, grads) <= muon
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_small_fc_cleans_a_large_tensors_raw_gradient_in_its_chunks(dtype):
     # `update` streams a large tensor's raw gradient and cleans it chunk by chunk; the result is

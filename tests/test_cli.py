@@ -86,6 +86,7 @@ def test_meta_train_writes_config_metrics_checkpoint_and_a_progress_bar(straight
     assert session["environment"]["device_count"] == jax.device_count()
 
 
+@pytest.mark.slow
 def test_rerunning_a_complete_run_does_nothing(straight, capsys):
     out, _ = straight
     before = (out / "metrics.jsonl").read_bytes()
@@ -129,6 +130,7 @@ def test_crash_and_resume_reproduce_the_straight_run_bitwise(straight, tmp_path,
     assert [s["from_step"] for s in elo.read_sessions(out)] == [0, 3]
 
 
+@pytest.mark.slow
 def test_keyboard_interrupt_checkpoints_and_exits_130(tmp_path, monkeypatch, capsys):
     out = tmp_path / "interrupted"
     real_step = elo.cli._meta_train.meta_step
@@ -168,6 +170,7 @@ def test_corrupt_checkpoint_is_one_line(straight, tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1 and "SHA-256" in err
 
 
+@pytest.mark.slow
 def test_evaluate_plot_and_export(straight, tmp_path, capsys):
     run_dir, _ = straight
     task = "mlp-w8-d1_mnist-8x8x1"
@@ -229,6 +232,7 @@ def _first_states(monkeypatch, sleep=None):
     return seen
 
 
+@pytest.mark.slow
 def test_a_failed_start_leaves_nothing_that_blocks_the_corrected_command(tmp_path, capsys):
     typo = [a.replace("mnist", "mnsit") for a in TINY]
     out = tmp_path / "run"
@@ -265,6 +269,7 @@ def test_a_failed_start_leaves_nothing_that_blocks_the_corrected_command(tmp_pat
     assert len(elo.read_sessions(poisoned)) == 1 and "options" in elo.read_sessions(poisoned)[0]
 
 
+@pytest.mark.slow
 def test_a_finished_run_is_not_extended_and_init_from_starts_a_new_one(
     straight, tmp_path, monkeypatch, capsys
 ):
@@ -299,6 +304,7 @@ def test_a_finished_run_is_not_extended_and_init_from_starts_a_new_one(
     assert not (tmp_path / "other" / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_a_lost_config_json_is_rebuilt_from_the_checkpoint_header(straight, tmp_path, capsys):
     out = _copy_run(straight[0], tmp_path / "lost", names=("checkpoint.eqx", "metrics.jsonl"))
     command = ["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out)]
@@ -314,6 +320,7 @@ def test_a_lost_config_json_is_rebuilt_from_the_checkpoint_header(straight, tmp_
     assert saved == json.loads((straight[0] / "config.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_second_meta_train_on_the_same_directory_is_refused(tmp_path, monkeypatch, capsys):
     out = tmp_path / "shared"
     command = ["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out), "--no-progress"]
@@ -339,6 +346,7 @@ def test_a_second_meta_train_on_the_same_directory_is_refused(tmp_path, monkeypa
     assert "is in use" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_unreadable_metrics_lines_are_kept_aside_and_reported(straight, tmp_path, capsys):
     out = _copy_run(straight[0], tmp_path / "damaged")
     lines = (out / "metrics.jsonl").read_bytes().splitlines(keepends=True)
@@ -365,6 +373,7 @@ def test_unreadable_metrics_lines_are_kept_aside_and_reported(straight, tmp_path
     assert scan_records(out / "metrics.jsonl")[1:] == ([], False)  # clean for the next resume
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_first_step_does_not_claim_a_checkpoint(tmp_path, monkeypatch, capsys):
     def interrupted_step(state, key):
         raise KeyboardInterrupt
@@ -387,6 +396,7 @@ def test_write_errors_name_the_target_not_the_temporary_file(straight, tmp_path,
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+@pytest.mark.slow
 def test_the_progress_bar_leaves_the_compiling_step_out_of_its_estimate(
     tmp_path, monkeypatch, capsys
 ):
@@ -402,6 +412,7 @@ def test_the_progress_bar_leaves_the_compiling_step_out_of_its_estimate(
     assert early and all(left in ("00:00", "00:01") for left in early), frames
 
 
+@pytest.mark.slow
 def test_meta_step_says_it_expects_a_meta_state():
     # In a fresh interpreter: under pytest the jaxtyping hook would reject the call first.
     code = "import elo, jax; elo.meta_step(elo.presets.pes_small_fc(), jax.random.key(0))"
@@ -574,6 +585,7 @@ def test_sigkill_mid_run_then_resume_reproduces_the_straight_run(tmp_path):
     np.testing.assert_equal(len(_records(killed_dir)), steps)
 
 
+@pytest.mark.slow
 def test_validation_on_several_tasks_scores_their_mean_and_keeps_the_best(tmp_path):
     """--validate-task A,B: each check trains the learned optimizer alone on both tasks; the
     score is the mean of the two tasks' scores, each kept in the record, and the best-scoring
@@ -598,6 +610,7 @@ def test_validation_on_several_tasks_scores_their_mean_and_keeps_the_best(tmp_pa
     assert again.score == pytest.approx(best["validation"]["per_task"][0]["score"], rel=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cut_short", [2, 3])  # the checks of steps 2 and 4 (= the last)
 def test_a_check_cut_short_by_an_interruption_is_made_on_resume(tmp_path, monkeypatch, cut_short):
     """Ctrl-C or SIGTERM during a check saves its step's checkpoint without the check; the

@@ -13,6 +13,7 @@ from elo.cli import main
 COMMON = ["--task", "quadratic-d4", "--steps", "8", "--eval-every", "4"]
 
 
+@pytest.mark.slow
 def test_baselines_table_json_and_plot(tmp_path, capsys):
     lo_file = tmp_path / "lo.eqx"
     elo.save_optimizer(lo_file, elo.SmallFC(key=jr.key(0)))

@@ -78,6 +78,7 @@ def error_line(capsys) -> str:
     return err
 
 
+@pytest.mark.slow
 def test_meta_train_with_factory_tasks_resumes_and_refuses_other_tasks(factories, capsys):
     out = factories / "run"
     args = ["meta-train", *TINY, "--out", str(out)]
@@ -100,6 +101,7 @@ def test_meta_train_with_factory_tasks_resumes_and_refuses_other_tasks(factories
     assert "holds a run with different settings: tasks: ['sine@" in err
 
 
+@pytest.mark.slow
 def test_evaluate_every_task_of_a_factory(factories, capsys):
     common = ["--steps", "2", "--eval-every", "1", "--lr", "0.01"]
     assert main(["evaluate", "adamw", "--task", "mytasks:pair", *common]) == 0

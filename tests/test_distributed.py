@@ -96,6 +96,7 @@ def test_mesh_spreads_particles_evenly_over_processes(two_processes):
 # `init` places the state exactly as `meta_step` returns it
 
 
+@pytest.mark.slow
 def test_init_has_meta_step_shardings_and_first_call_compiles_once():
     state = elo.init(tiny_config(num_devices=4), key=jr.key(INIT_KEY))
     after_one = elo.meta_step(state, step_key(0))
@@ -194,6 +195,7 @@ def test_watchdog_aborts_a_step_that_runs_too_long():
     assert seconds < 45
 
 
+@pytest.mark.slow
 def test_unreachable_coordinator_fails_within_the_initialisation_timeout():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

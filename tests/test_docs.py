@@ -133,6 +133,7 @@ def _tutorial_setup() -> None:
 SETUP = {"docs/tutorial.md": _tutorial_setup}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", _pages(), ids=lambda page: str(page.relative_to(ROOT)))
 def test_python_blocks_run(page, tmp_path, monkeypatch, short_runs):
     name = str(page.relative_to(ROOT))

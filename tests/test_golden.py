@@ -22,6 +22,7 @@ SAME_CPU = runs.cpu()["cpu_flags_sha256"] == RECORDED.get("cpu_flags_sha256")
 CROSS_CPU_TOLERANCE = 1e-4  # of each array's largest magnitude
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(runs.CONFIGS))
 def test_golden_run_reproduces_recording(name):
     if (jax.__version__, jaxlib.__version__) != (RECORDED["jax"], RECORDED["jaxlib"]):

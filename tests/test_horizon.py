@@ -38,6 +38,7 @@ min_max = st.integers(1, 5000).flatmap(
 )
 
 
+@pytest.mark.slow
 @settings(deadline=None, max_examples=20)
 @given(min_max, st.sampled_from([LogUniformHorizon, UniformHorizon]), st.integers(0, 2**31 - 1))
 def test_random_horizons_lie_in_range(bounds, cls, seed):
@@ -135,6 +136,7 @@ def test_curriculum_reference_off_by_one():
     np.testing.assert_array_equal(done, np.arange(8) >= 4)
 
 
+@pytest.mark.slow
 def test_jit_vmap_over_particles():
     horizon = LogUniformHorizon()
     keys = jax.random.split(jax.random.key(1), 6)

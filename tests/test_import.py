@@ -4,6 +4,8 @@ for optional heavy modules until they are used."""
 import subprocess
 import sys
 
+import pytest
+
 
 def _run(code: str) -> str:
     return subprocess.run(
@@ -11,6 +13,7 @@ def _run(code: str) -> str:
     ).stdout.strip()
 
 
+@pytest.mark.slow
 def test_a_source_tree_without_package_metadata_imports():
     """Without an installation (a checkout on PYTHONPATH) `importlib.metadata` knows no `elo`:
     the import still works and the version says it is unknown."""
@@ -27,6 +30,7 @@ def test_a_source_tree_without_package_metadata_imports():
     assert _run(code) == "0+unknown"
 
 
+@pytest.mark.slow
 def test_importing_elo_does_not_import_hf_datasets():
     code = "import sys, elo\nprint('datasets' in sys.modules)"
     assert _run(code) == "False"

@@ -153,6 +153,7 @@ class DivergingTask(AbstractTask):
         return jnp.nan_to_num(jnp.clip(loss, 0.0, 10.0), nan=10.0, posinf=10.0)
 
 
+@pytest.mark.slow
 def test_diverging_inner_problems_are_reset_counted_and_harmless():
     config = elo.presets.pes_small_fc(
         tasks=("diverging",),
@@ -249,6 +250,7 @@ def test_supervision_fractions_follow_the_budget():
         small_elo_config(imitation_credit="zeta")
 
 
+@pytest.mark.slow
 def test_single_cpu_device_runs_its_own_compiled_variant_with_the_same_results(sharded_run):
     # One CPU device compiles with `single_cpu_device_compiler_options` (XLA's own dot emitter
     # instead of YNNPACK): a different compiled program, the same mathematics up to float
@@ -289,6 +291,7 @@ def test_step_weight_follows_the_expert_only_where_the_warm_start_is_on():
     assert float(none.step_weight(alpha, yes)) == float(alpha)
 
 
+@pytest.mark.slow
 def test_the_expert_is_skipped_after_the_handover_with_the_same_trajectories():
     """Where the supervision no longer uses the expert (alpha = 1, no imitation weight), the
     inner problems step with the learned optimizer alone: the same parameters as the fused

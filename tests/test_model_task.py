@@ -75,6 +75,7 @@ class Scaled(eqx.Module):
         return self.activation(self.linear(x[self.index])) + self.offset
 
 
+@pytest.mark.slow
 def test_non_float_fields_stay_inside_the_task():
     data = regression_data()
     model = Scaled(eqx.nn.Linear(2, 1, key=jr.key(0)), jnp.array([1, 0]), jnp.tanh, 0.5)
@@ -91,6 +92,7 @@ def test_non_float_fields_stay_inside_the_task():
     assert task.loss(params, jr.key(1)) == task.batch_loss(params, task.sample_batch(jr.key(1)))
 
 
+@pytest.mark.slow
 def test_a_model_factory_draws_a_fresh_model_per_key():
     task = make_task()
     a, b = task.init(jr.key(0)), task.init(jr.key(1))
@@ -98,6 +100,7 @@ def test_a_model_factory_draws_a_fresh_model_per_key():
     assert eqx.tree_equal(a, task.init(jr.key(0)))
 
 
+@pytest.mark.slow
 def test_meta_trains_beside_a_built_in_task_and_records_the_tasks():
     task = make_task()
     quadratic = elo.tasks.get_task("quadratic-d4")
@@ -117,6 +120,7 @@ def close(model, batch):
     return jnp.mean(jnp.abs(jax.vmap(model)(batch["x"]) - batch["y"]) < 0.5)
 
 
+@pytest.mark.slow
 def test_evaluate_measures_whole_splits():
     data = regression_data(n=103)  # a test split of 26: chunks of 16 and 10
     model = eqx.nn.MLP(2, 1, 8, 1, key=jr.key(5))
@@ -134,6 +138,7 @@ def test_evaluate_measures_whole_splits():
     assert np.isnan(float(without.evaluate(without.init(jr.key(0)), "test")[1]))
 
 
+@pytest.mark.slow
 def test_validate_scores_the_validation_split():
     task = make_task()
     lo = elo.SmallFC(key=jr.key(0))
@@ -142,6 +147,7 @@ def test_validate_scores_the_validation_split():
     assert 0.0 <= result.score <= task.max_loss
 
 
+@pytest.mark.slow
 def test_normalize_loss_is_bounded_by_max_loss():
     task = make_task(max_loss=2.0)
     values = jnp.array([-1.0, 0.5, 3.0, jnp.nan, jnp.inf], jnp.float32)
@@ -152,6 +158,7 @@ def test_normalize_loss_is_bounded_by_max_loss():
     assert task.max_loss == pytest.approx(1.5 * float(jnp.mean(losses)), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_fingerprint_follows_shapes_not_objects():
     label = elo.tasks.task_label(make_task())
     assert label == elo.tasks.task_label(make_task())
@@ -161,6 +168,7 @@ def test_fingerprint_follows_shapes_not_objects():
     assert label != elo.tasks.task_label(make_task(name="other"))
 
 
+@pytest.mark.slow
 def test_a_checkpoint_resumes_with_the_same_task_and_refuses_another(tmp_path):
     config = tiny_config()
     quadratic = elo.tasks.get_task("quadratic-d4")

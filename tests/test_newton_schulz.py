@@ -71,6 +71,7 @@ def test_transpose_equivariance(form):
     )
 
 
+@pytest.mark.slow
 def test_forms_agree_and_batching():
     rng = np.random.default_rng(1)
     x = jnp.asarray(rng.normal(size=(2, 3, 4, 6)), jnp.float32)
@@ -97,6 +98,7 @@ def test_bad_input():
         newton_schulz(jnp.ones((3, 3)), form="other")  # pyright: ignore
 
 
+@pytest.mark.slow
 def test_jit_vmap():
     x = jnp.asarray(np.random.default_rng(2).normal(size=(4, 5, 3)), jnp.float32)
     out = jax.jit(jax.vmap(newton_schulz))(x)

@@ -57,6 +57,7 @@ def update_fn():
     return UPDATE
 
 
+@pytest.mark.slow
 def test_meta_parameters_are_exactly_the_mlp_weights(lo):
     leaves = jax.tree_util.tree_leaves_with_path(eqx.filter(lo, eqx.is_inexact_array))
     names = [jax.tree_util.keystr(path).lstrip(".") for path, _ in leaves]
@@ -216,6 +217,7 @@ def test_state_shapes(lo):
     assert state.v_row["w_tall"].shape == state.v_row["w_wide"].shape == (5, 3)
 
 
+@pytest.mark.slow
 def test_num_steps_is_traced(lo):
     params = make_params()
     grads = make_grads(1, params)
@@ -264,6 +266,7 @@ def test_updates_finite(seed, log_scale, zero, cls):
 _LOS_BY_CLASS = {cls: cls(key=jax.random.key(5), init_lr=1e-3) for cls in LOS}
 
 
+@pytest.mark.slow
 def test_features_do_not_depend_on_the_tree_around_a_tensor(lo, update_fn):
     # Without global-norm clipping every tensor is updated on its own: the same tensor in two
     # different pytrees gets the same update, up to float32 rounding. Small tensors share their
@@ -289,6 +292,7 @@ def test_features_do_not_depend_on_the_tree_around_a_tensor(lo, update_fn):
         np.testing.assert_allclose(ua["x"], ub["a"][1]["inner"], rtol=1e-6, atol=ulps * scale)
 
 
+@pytest.mark.slow
 def test_jit_and_vmap_over_optimizee_states(lo, update_fn):
     params = make_params(shapes=SMALL)
     batch = 3
@@ -368,6 +372,7 @@ def test_small_fc_merged_small_tensors_match_reference_formulation(update_fn):
     _assert_small_fc_matches_reference_formulation(update_fn, lo, shapes, seed=3)
 
 
+@pytest.mark.slow
 def test_merging_small_tensors_does_not_change_any_update(lo, monkeypatch):
     # Every tensor kind (scalar, vector, matrix, stack of matrices, conv kernel), with a large
     # tensor in the middle of the small ones: merged (default) and one tensor at a time must

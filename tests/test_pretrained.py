@@ -39,6 +39,7 @@ def test_the_shipped_optimizer_trains_a_held_out_task():
     assert shipped.final("test_loss")[0] < shipped.test_loss[:, 0].mean()
 
 
+@pytest.mark.slow
 def test_cli_evaluates_and_exports_a_shipped_optimizer(tmp_path):
     out = tmp_path / "e.json"
     task = ["--task", "mlp-w32-d1_mnist-8x8x1", "--steps", "20", "--seeds", "1"]
@@ -56,6 +57,7 @@ def test_cli_evaluates_and_exports_a_shipped_optimizer(tmp_path):
 CELO2_NAME = "celo2_8x8"
 
 
+@pytest.mark.slow
 def test_the_shipped_celo2_carries_its_schedule_and_trains_a_held_out_task():
     """The headline study's shipped Celo2 (`studies/celo2_headline/ship.py`): its record names
     the schedule it ships with, the weights carry it, and on a task it never saw (a Fashion-MNIST

@@ -503,7 +503,7 @@ def test_hub_names_offline_say_how_to_pass_a_local_directory(tmp_path, offline_h
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
     _one_line_error(
         ValueError,
-        r"huggingface_hub is not installed \(pip install 'elo\[pylo\]'\)",
+        r"huggingface_hub is not installed \(pip install 'elo-optimizers\[pylo\]'\)",
         elo.pretrained,
         "hf:DiamondXL/elo",
     )

@@ -158,6 +158,7 @@ def test_normalize_loss_is_bounded():
     np.testing.assert_allclose(out, [bound, bound, 0.0, 0.0, 2.0, bound], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_evaluate_trains_it_with_adamw_and_the_shipped_optimizer():
     task = tasks.get_task(TOY, batch_size=16)
     for optimizer in ("adamw", elo.pretrained("small_fc_mnist8")):
@@ -171,6 +172,7 @@ def test_evaluate_trains_it_with_adamw_and_the_shipped_optimizer():
         assert np.isfinite(result.test_loss).all()
 
 
+@pytest.mark.slow
 def test_meta_training_on_the_toy_size():
     config = elo.presets.pes_small_fc(
         tasks=(TOY,),

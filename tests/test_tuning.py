@@ -67,6 +67,7 @@ def test_the_sweep_chooses_on_the_validation_split():
     assert [s["value"] for s in summary["sweep"]] == [1e-5, 3e-2]
 
 
+@pytest.mark.slow
 def test_a_diverged_value_is_flagged_and_never_chosen():
     tuned = elo.tune("sgd", QUADRATIC, num_steps=8, values=[1e-2, 1e3], eval_every=4)
     assert tuned.diverged == (False, True) and tuned.value == 1e-2
@@ -78,6 +79,7 @@ def test_a_diverged_value_is_flagged_and_never_chosen():
     np.testing.assert_allclose(tuned.best.minibatch_loss, alone.minibatch_loss, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_learned_optimizers_multiplier_is_swept(lo):
     tuned = elo.tune(lo, QUADRATIC, num_steps=8, values=[1.0, 3.0], eval_every=4)
     assert tuned.hyperparameter == "learning_rate_multiplier" and tuned.name == "SmallFC"
@@ -122,6 +124,7 @@ def test_steps_to_target():
     assert elo.steps_to_target(diverging, 1.5) is None  # a seed's NaN is not a loss reached
 
 
+@pytest.mark.slow
 def test_compare_tunes_adamw_first_and_counts_steps_to_its_final_loss(lo):
     result = elo.compare(
         ["sgd", lo], QUADRATIC, num_steps=8, num_values=2, eval_every=4, names=["sgd", "elo"]
@@ -158,6 +161,7 @@ def test_bad_tuning_arguments_are_refused(lo):
         elo.compare([lo], QUADRATIC, num_steps=4, names=["a", "b"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [elo.SmallFC, elo.Celo2], ids=["small_fc", "celo2"])
 def test_tune_many_equals_tuning_each_optimizer_alone(make, monkeypatch):
     # An MLP: Celo2's network only steers matrices (vectors take its AdamW path).
