@@ -22,8 +22,8 @@ import pytest
 
 import elo
 import elo.cli
-from elo._checkpoint import read_checkpoint
-from elo._export import load_optimizer, save_optimizer
+from elo._files._checkpoint import read_checkpoint
+from elo._files._optimizer_file import load_optimizer, save_optimizer
 from elo.cli import main
 from elo.cli._common import CLIError, parse_overrides
 from elo.cli._metrics_file import read_metrics, scan_records

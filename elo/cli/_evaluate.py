@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from .._evaluate import (
+from .._evaluation._evaluate import (
     evaluate,
     Evaluation,
     EVALUATION_FORMAT,
@@ -20,10 +20,10 @@ from .._evaluate import (
     lr_sweep,
     selection_score,
 )
-from .._export import load_optimizer
-from .._io import atomic_write
-from .._pretrained import available_pretrained, PRETRAINED_SCHEME
-from .._tuning import compare, Comparison, COMPARISON_FORMAT, TUNED_BASELINES
+from .._evaluation._tuning import compare, Comparison, COMPARISON_FORMAT, TUNED_BASELINES
+from .._files._framing import atomic_write
+from .._files._optimizer_file import load_optimizer
+from .._files._pretrained import available_pretrained, PRETRAINED_SCHEME
 from ..tasks import list_tasks
 from ._common import check_writable, CLIError, load_pretrained as _pretrained
 from ._environment import environment

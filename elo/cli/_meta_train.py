@@ -16,16 +16,16 @@ import jax
 import jax.random as jr
 
 from .. import distributed, presets
-from .._build import build_meta_optimizer, config_with_tasks
-from .._checkpoint import load, save
 from .._config import MetaConfig
-from .._cpu import available_cores, use_cpu_cores
-from .._export import load_optimizer, optimizer_spec
-from .._io import atomic_write, CheckpointError, remove_stale_temporaries
-from .._mesh import particle_mesh, place
-from .._meta_step import meta_step
-from .._run_dir import BEST_OPTIMIZER, CONFIG_FILE, METRICS_FILE, RUN_CHECKPOINT
-from .._state import init, MetaState
+from .._files._checkpoint import load, save
+from .._files._framing import atomic_write, CheckpointError, remove_stale_temporaries
+from .._files._optimizer_file import load_optimizer, optimizer_spec
+from .._files._run_dir import BEST_OPTIMIZER, CONFIG_FILE, METRICS_FILE, RUN_CHECKPOINT
+from .._outer._build import build_meta_optimizer, config_with_tasks
+from .._outer._meta_step import meta_step
+from .._outer._state import init, MetaState
+from .._runtime._cpu import available_cores, use_cpu_cores
+from .._runtime._mesh import particle_mesh, place
 from ..tasks import AbstractTask
 from ._common import CLIError, parse_overrides
 from ._metrics_file import clean_record, read_validation, repair_metrics

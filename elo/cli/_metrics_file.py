@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .._io import atomic_write
-from .._run_dir import (
+from .._files._framing import atomic_write
+from .._files._run_dir import (
     read_metrics as read_metrics,
     read_validation as read_validation,
     scan_records,

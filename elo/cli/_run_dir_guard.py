@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .._checkpoint import config_differences, read_checkpoint
 from .._config import MetaConfig
-from .._run_dir import (
+from .._files._checkpoint import config_differences, read_checkpoint
+from .._files._run_dir import (
     BEST_OPTIMIZER,
     CONFIG_FILE,
     LOCK_FILE,

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .._run_dir import SESSIONS_FILE
+from .._files._run_dir import SESSIONS_FILE
 from ._environment import environment
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from .._config import MetaConfig
-from .._export import save_optimizer
-from .._meta_validation import validate
-from .._run_dir import BEST_OPTIMIZER, METRICS_FILE
-from .._state import MetaState
+from .._evaluation._meta_validation import validate
+from .._files._optimizer_file import save_optimizer
+from .._files._run_dir import BEST_OPTIMIZER, METRICS_FILE
+from .._outer._state import MetaState
 from ..tasks import AbstractTask, get_task
 from ._common import CLIError
 from ._metrics_file import read_validation

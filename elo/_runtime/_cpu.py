@@ -8,7 +8,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from ._checks import is_int_at_least
+from .._checks import is_int_at_least
 
 
 _FORCE_FLAG = "--xla_force_host_platform_device_count"

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ._particle import Particle
-from ._records import StepRecord
+from .._inner._particle import Particle
+from .._inner._records import StepRecord
 from ._state import Metrics
 
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float
 
-from ._custom_types import PRNGKeyArray, PyTree
+from .._custom_types import PRNGKeyArray, PyTree
 
 
 LossReduction = Literal["mean", "sum"]

@@ -3,8 +3,8 @@
 import equinox as eqx
 from jaxtyping import Array, Bool, Float, Int
 
+from .._custom_types import PyTree
 from ._buffer import ResumeBuffer
-from ._custom_types import PyTree
 from ._difficulty import DifficultyState
 
 

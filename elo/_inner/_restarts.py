@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int
 
+from .._custom_types import PRNGKeyArray, PyTree
 from ._buffer import buffer_pop, buffer_push, resume_decision, ResumeBuffer, should_push
-from ._custom_types import PRNGKeyArray, PyTree
 from ._particle import Particle, Restart, Snapshot
 from ._records import StepRecord
 

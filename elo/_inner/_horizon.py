@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int
 
-from ._checks import concrete
-from ._custom_types import PRNGKeyArray
+from .._checks import concrete
+from .._custom_types import PRNGKeyArray
 
 
 def _check_int(cls: str, name: str, value, *, at_least: int, what: str | None = None) -> None:

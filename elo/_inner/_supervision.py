@@ -18,7 +18,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._config import ImitationCredit
+from .._config import ImitationCredit
 from ._meta_loss import mix_deltas
 from ._records import StepRecord
 from ._schedules import SupervisionSchedule, SupervisionWeights

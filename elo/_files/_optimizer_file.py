@@ -13,8 +13,10 @@ from typing import Any
 
 import jax.random as jr
 
-from ._build import OPTIMIZERS
-from ._io import (
+from ..optimizers._base import AbstractLearnedOptimizer
+from ..optimizers._mlp_optimizer import AbstractMLPOptimizer
+from ..optimizers._registry import LEARNED_OPTIMIZERS
+from ._framing import (
     CHECKPOINT_FORMAT,
     CheckpointError,
     deserialise,
@@ -25,12 +27,10 @@ from ._io import (
     write_framed,
 )
 from ._run_dir import RUN_CHECKPOINT
-from .optimizers._base import AbstractLearnedOptimizer
-from .optimizers._mlp_optimizer import AbstractMLPOptimizer
 
 
 # Learned-optimizer classes by class name, as file headers record them.
-_OPTIMIZER_CLASSES: dict[str, Any] = {cls.__name__: cls for cls in OPTIMIZERS.values()}
+_OPTIMIZER_CLASSES: dict[str, Any] = {cls.__name__: cls for cls in LEARNED_OPTIMIZERS.values()}
 
 
 def optimizer_spec(lo: AbstractLearnedOptimizer) -> dict[str, Any]:

@@ -14,9 +14,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ._export import load_optimizer
+from ..optimizers._base import AbstractLearnedOptimizer
+from ._optimizer_file import load_optimizer
 from ._pylo import import_pylo
-from .optimizers._base import AbstractLearnedOptimizer
 
 
 PRETRAINED_SCHEME = "pretrained:"

@@ -7,7 +7,7 @@ import equinox as eqx
 import jax
 from jax.sharding import Mesh
 
-from ._config import MetaConfig
+from .._config import MetaConfig
 
 
 PARTICLE_AXIS = "particles"

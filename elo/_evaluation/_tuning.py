@@ -13,8 +13,10 @@ import optax
 from jax.typing import ArrayLike
 from jaxtyping import Array
 
-from ._checks import is_int_at_least
-from ._custom_types import Scalar, ScalarLike
+from .._checks import is_int_at_least
+from .._custom_types import Scalar, ScalarLike
+from ..optimizers._base import AbstractLearnedOptimizer
+from ..tasks import AbstractTask
 from ._evaluate import (
     _check_run_args,
     _finite_or_none,
@@ -27,8 +29,6 @@ from ._evaluate import (
     log_grid,
     selection_score,
 )
-from .optimizers._base import AbstractLearnedOptimizer
-from .tasks import AbstractTask
 
 
 WARMUP_FRACTION = 0.05

@@ -6,7 +6,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Real
 
-from ._checks import concrete
+from .._checks import concrete
 
 
 def ramp(

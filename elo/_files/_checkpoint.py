@@ -17,9 +17,10 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from ._config import MetaConfig
-from ._export import optimizer_spec
-from ._io import (
+from .._config import MetaConfig
+from .._outer._state import MetaState
+from .._runtime._mesh import particle_mesh, place
+from ._framing import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
     CheckpointError,
@@ -28,8 +29,7 @@ from ._io import (
     serialise,
     write_framed,
 )
-from ._mesh import particle_mesh, place
-from ._state import MetaState
+from ._optimizer_file import optimizer_spec
 
 
 # Fields that may differ between a checkpoint and the run loading it: where the data live and

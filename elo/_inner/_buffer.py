@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int, Real, Shaped
 
-from ._checks import is_int_at_least
-from ._custom_types import PRNGKeyArray, PyTree
+from .._checks import is_int_at_least
+from .._custom_types import PRNGKeyArray, PyTree
 
 
 def _check_num_slots(num_slots) -> None:

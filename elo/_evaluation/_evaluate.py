@@ -13,12 +13,12 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, Key
 
-from ._checks import is_int_at_least, seed_tuple
-from ._custom_types import Params, Scalar
+from .._checks import is_int_at_least, seed_tuple
+from .._custom_types import Params, Scalar
+from ..optimizers._base import AbstractLearnedOptimizer
+from ..optimizers._optax import as_optax
+from ..tasks import AbstractTask, get_task
 from ._training_run import split_metrics, training_run
-from .optimizers._base import AbstractLearnedOptimizer
-from .optimizers._optax import as_optax
-from .tasks import AbstractTask, get_task
 
 
 EVALUATION_FORMAT = "elo-evaluation"

@@ -16,20 +16,20 @@ import optax
 from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, Float, Int, Key
 
+from .._checks import check_key
+from .._config import MetaConfig
+from .._custom_types import PRNGKeyArray, PyTree
+from .._inner._inner_problem import InnerProblem
+from .._inner._particle import Particle
+from .._inner._records import StepRecord
+from .._inner._schedules import SupervisionWeights
+from .._inner._supervision import LossDeltas
+from .._runtime._cpu import single_cpu_device_compiler_options
+from .._runtime._mesh import constrain, PARTICLE_AXIS, particle_devices, particle_mesh
 from ._build import build_meta_optimizer, build_supervision
-from ._checks import check_key
-from ._config import MetaConfig
-from ._cpu import single_cpu_device_compiler_options
-from ._custom_types import PRNGKeyArray, PyTree
-from ._inner_problem import InnerProblem
-from ._mesh import constrain, PARTICLE_AXIS, particle_devices, particle_mesh
-from ._particle import Particle
 from ._pes import pes_combine, sample_perturbation
-from ._records import StepRecord
-from ._schedules import SupervisionWeights
 from ._state import MetaState, Metrics
 from ._step_stats import group_metrics, merge_groups
-from ._supervision import LossDeltas
 
 
 class _ParticleKeys(eqx.Module):

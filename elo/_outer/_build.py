@@ -2,7 +2,7 @@
 
 Every string choice of the config is translated here, once: config validation reads the same
 names (the `Literal` types of `_config`), checkpoints look learned-optimizer classes up in
-`OPTIMIZERS`.
+`elo.optimizers.LEARNED_OPTIMIZERS`.
 """
 
 import functools
@@ -16,32 +16,25 @@ import jax.numpy as jnp
 import jax.random as jr
 import optax
 
-from ._config import ExpertName, HorizonName, MetaConfig, OptimizerName, SupervisionName
-from ._custom_types import PRNGKeyArray
-from ._divergence import AbstractDivergenceRule, LossBoundRule, NoDivergenceRule
-from ._horizon import AbstractHorizon, CurriculumHorizon, LogUniformHorizon, UniformHorizon
-from ._inner_problem import InnerProblem, UnrollSettings
-from ._restarts import AbstractRestarts, BufferedRestarts, FreshRestarts
-from ._schedules import SupervisionSchedule
-from ._supervision import (
+from .._config import ExpertName, HorizonName, MetaConfig, OptimizerName, SupervisionName
+from .._custom_types import PRNGKeyArray
+from .._inner._divergence import AbstractDivergenceRule, LossBoundRule, NoDivergenceRule
+from .._inner._horizon import AbstractHorizon, CurriculumHorizon, LogUniformHorizon, UniformHorizon
+from .._inner._inner_problem import InnerProblem, UnrollSettings
+from .._inner._restarts import AbstractRestarts, BufferedRestarts, FreshRestarts
+from .._inner._schedules import SupervisionSchedule
+from .._inner._supervision import (
     AbstractSupervision,
     AlternatingSupervision,
     NoSupervision,
     ProgressiveSupervision,
 )
-from .optimizers import adamw_expert, expert_lr_schedule, muon_expert
-from .optimizers._base import AbstractLearnedOptimizer
-from .optimizers._celo2 import Celo2
-from .optimizers._small_fc import SmallFC
-from .tasks import AbstractTask, get_task, ParameterScaleAugmentation
-from .tasks._fingerprint import task_label
+from ..optimizers import adamw_expert, expert_lr_schedule, muon_expert
+from ..optimizers._base import AbstractLearnedOptimizer
+from ..optimizers._registry import LEARNED_OPTIMIZERS
+from ..tasks import AbstractTask, get_task, ParameterScaleAugmentation
+from ..tasks._fingerprint import task_label
 
-
-OPTIMIZERS: dict[str, Callable[..., AbstractLearnedOptimizer]] = {
-    "small_fc": SmallFC,
-    "celo2": Celo2,
-}
-"""`MetaConfig.optimizer` → learned-optimizer class."""
 
 EXPERTS: dict[str, Callable[..., optax.GradientTransformation]] = {
     "adamw": adamw_expert,
@@ -111,7 +104,7 @@ SUPERVISIONS: dict[str, Callable[[MetaConfig], AbstractSupervision]] = {
 """`MetaConfig.supervision` → supervision builder (used when there is an expert)."""
 
 # The registries and the config's `Literal` types name the same choices.
-assert set(OPTIMIZERS) == set(get_args(OptimizerName))
+assert set(LEARNED_OPTIMIZERS) == set(get_args(OptimizerName))
 assert set(EXPERTS) | {"none"} == set(get_args(ExpertName))
 assert set(HORIZONS) == set(get_args(HorizonName))
 assert set(SUPERVISIONS) == set(get_args(SupervisionName))
@@ -119,7 +112,7 @@ assert set(SUPERVISIONS) == set(get_args(SupervisionName))
 
 def build_learned_optimizer(config: MetaConfig, *, key: PRNGKeyArray) -> AbstractLearnedOptimizer:
     """The learned optimizer named by `config.optimizer`, freshly initialised."""
-    return OPTIMIZERS[config.optimizer](key=key)
+    return LEARNED_OPTIMIZERS[config.optimizer](key=key)
 
 
 def build_horizon(config: MetaConfig) -> AbstractHorizon:

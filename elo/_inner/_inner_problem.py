@@ -15,7 +15,9 @@ import jax.random as jr
 import optax
 from jaxtyping import Array, Bool, Float, Key
 
-from ._custom_types import PRNGKeyArray, PyTree
+from .._custom_types import PRNGKeyArray, PyTree
+from ..optimizers._base import AbstractLearnedOptimizer
+from ..tasks import AbstractTask, ParameterScaleAugmentation, ScaledTask
 from ._difficulty import difficulty_init, difficulty_reset, difficulty_update
 from ._divergence import AbstractDivergenceRule
 from ._fusion import fused_step, imitation_losses
@@ -24,8 +26,6 @@ from ._particle import Particle, Restart, Side, Snapshot
 from ._records import StepRecord
 from ._restarts import AbstractRestarts
 from ._supervision import AbstractSupervision
-from .optimizers._base import AbstractLearnedOptimizer
-from .tasks import AbstractTask, ParameterScaleAugmentation, ScaledTask
 
 
 def _tensor_mean_squared_error(expert_delta: PyTree, lo_delta: PyTree) -> Float[Array, ""]:

@@ -8,9 +8,9 @@ import jax.random as jr
 import optax
 from jaxtyping import Array, Float
 
-from ._custom_types import Params, PRNGKeyArray, PyTree, Scalar
-from .tasks import AbstractTask, ModelTask, TextTransformerTask
-from .tasks._image_classifier import AbstractImageClassifier
+from .._custom_types import Params, PRNGKeyArray, PyTree, Scalar
+from ..tasks import AbstractTask, ModelTask, TextTransformerTask
+from ..tasks._image_classifier import AbstractImageClassifier
 
 
 # The tasks that hold whole data splits and measure a split as `evaluate(params, split) ->

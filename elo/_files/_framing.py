@@ -37,7 +37,7 @@ class CheckpointError(ValueError):
 
 
 # ------------------------------------------------------------------------------------------------
-# Files: atomic writes and the "JSON header line + payload" framing shared with `_export.py`.
+# Files: atomic writes and the "JSON header line + payload" framing of `_optimizer_file.py` too.
 
 
 def atomic_write(path: str | os.PathLike, parts: Iterable[bytes]) -> None:

@@ -19,12 +19,12 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._checks import is_int_at_least, seed_tuple
-from ._custom_types import Params
+from .._checks import is_int_at_least, seed_tuple
+from .._custom_types import Params
+from ..optimizers._base import AbstractLearnedOptimizer
+from ..optimizers._optax import as_optax
+from ..tasks import AbstractTask, get_task, ScaledTask
 from ._training_run import split_metrics, training_run
-from .optimizers._base import AbstractLearnedOptimizer
-from .optimizers._optax import as_optax
-from .tasks import AbstractTask, get_task, ScaledTask
 
 
 DEFAULT_VALIDATION_TASK = "mlp-w32-d1_mnist-8x8x1"

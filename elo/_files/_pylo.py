@@ -16,12 +16,12 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from ._export import optimizer_spec
-from ._io import atomic_write, CheckpointError
-from .optimizers._base import AbstractLearnedOptimizer
-from .optimizers._celo2 import Celo2
-from .optimizers._newton_schulz import NS_COEFFS
-from .optimizers._small_fc import SmallFC
+from ..optimizers._base import AbstractLearnedOptimizer
+from ..optimizers._celo2 import Celo2
+from ..optimizers._newton_schulz import NS_COEFFS
+from ..optimizers._small_fc import SmallFC
+from ._framing import atomic_write, CheckpointError
+from ._optimizer_file import optimizer_spec
 
 
 _PYLO_COMMIT = "d05c6c1e4f4d7c46a91828a0826c2699bfe48211"

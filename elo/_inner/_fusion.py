@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float, PyTree
 
-from ._custom_types import Params, Scalar, ScalarLike, Updates
-from .optimizers._base import AbstractLearnedOptimizer
+from .._custom_types import Params, Scalar, ScalarLike, Updates
+from ..optimizers._base import AbstractLearnedOptimizer
 
 
 class FusedStep(eqx.Module):

@@ -10,20 +10,20 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int
 
+from .._checks import check_key
+from .._config import MetaConfig
+from .._custom_types import PRNGKeyArray, PyTree
+from .._inner._inner_problem import InnerProblem
+from .._inner._particle import Particle
+from .._runtime._mesh import build_on_mesh, particle_mesh, place
+from ..optimizers._base import AbstractLearnedOptimizer
+from ..tasks import AbstractTask
 from ._build import (
     build_learned_optimizer,
     build_meta_optimizer,
     build_problems,
     config_with_tasks,
 )
-from ._checks import check_key
-from ._config import MetaConfig
-from ._custom_types import PRNGKeyArray, PyTree
-from ._inner_problem import InnerProblem
-from ._mesh import build_on_mesh, particle_mesh, place
-from ._particle import Particle
-from .optimizers._base import AbstractLearnedOptimizer
-from .tasks import AbstractTask
 
 
 Reduction = Literal["mean", "sum", "max"]
