@@ -18,7 +18,7 @@ from jaxtyping import Array, Float, Int, Key
 
 from .._checks import check_key
 from .._config import MetaConfig
-from .._custom_types import PRNGKeyArray, PyTree
+from .._custom_types import BoolScalar, PRNGKeyArray, PyTree
 from .._inner._inner_problem import InnerProblem
 from .._inner._particle import Particle
 from .._inner._records import StepRecord
@@ -78,6 +78,18 @@ def _pes_estimates(
     return grads, new_xi
 
 
+def _imitation_missing_unless(expert_used: BoolScalar, stats: Metrics) -> Metrics:
+    """`stats` with the imitation losses missing (NaN: null in metrics.jsonl), not 0, at outer
+    steps that did not measure them."""
+    return eqx.tree_at(
+        lambda s: (s.direction_loss, s.magnitude_loss),
+        stats,
+        tuple(
+            jnp.where(expert_used, x, jnp.nan) for x in (stats.direction_loss, stats.magnitude_loss)
+        ),
+    )
+
+
 def _group_step(
     problem: InnerProblem,
     theta: PyTree,
@@ -112,15 +124,7 @@ def _group_step(
         records, particles, alpha, num_particles=config.num_particles, axis_name=PARTICLE_AXIS
     )
     if not isinstance(expert_used, bool):
-        # Imitation losses that were not measured are missing (null in metrics.jsonl), not 0.
-        stats = eqx.tree_at(
-            lambda s: (s.direction_loss, s.magnitude_loss),
-            stats,
-            tuple(
-                jnp.where(expert_used, x, jnp.nan)
-                for x in (stats.direction_loss, stats.magnitude_loss)
-            ),
-        )
+        stats = _imitation_missing_unless(expert_used, stats)
     grad = jax.tree.map(
         lambda g: jax.lax.psum(jnp.sum(g, axis=0), PARTICLE_AXIS) / config.num_particles, grads
     )
