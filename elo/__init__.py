@@ -48,6 +48,7 @@ from ._files._run_dir import (
     read_metrics as read_metrics,
     read_sessions as read_sessions,
     read_validation as read_validation,
+    RunDirError as RunDirError,
 )
 from ._inner._buffer import (
     buffer_pop as buffer_pop,
@@ -82,6 +83,9 @@ from ._outer._pes import (
     sample_perturbation as sample_perturbation,
 )
 from ._outer._state import init as init, MetaState as MetaState, Metrics as Metrics
+from ._run._environment import environment as environment
+from ._run._meta_train import meta_train as meta_train
+from ._run._validator import ValidationSettings as ValidationSettings
 from ._runtime._cpu import available_cores as available_cores, use_cpu_cores as use_cpu_cores
 from ._version import __version__ as __version__
 from .optimizers._base import AbstractLearnedOptimizer as AbstractLearnedOptimizer

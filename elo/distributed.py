@@ -29,6 +29,7 @@ shortly after one of them stops sending heartbeats (`heartbeat_timeout`), and
     ```
 """
 
+from ._run._watchdog import StepWatchdog as StepWatchdog
 from ._runtime._distributed import (
     ENV_COORDINATOR_ADDRESS as ENV_COORDINATOR_ADDRESS,
     ENV_LOCAL_DEVICE_COUNT as ENV_LOCAL_DEVICE_COUNT,
@@ -40,5 +41,4 @@ from ._runtime._distributed import (
     is_main_process as is_main_process,
     logger as logger,
     resolve_settings as resolve_settings,
-    StepWatchdog as StepWatchdog,
 )

@@ -1,5 +1,5 @@
-"""The files of a run directory of `elo meta-train`, named in one place; reading its metrics and
-sessions."""
+"""The files of a run directory of [`elo.meta_train`][] (and `elo meta-train`), named in one
+place; reading its metrics and sessions; the error a run directory raises."""
 
 import json
 from pathlib import Path
@@ -23,6 +23,11 @@ SESSIONS_FILE = "sessions.jsonl"
 
 LOCK_FILE = ".lock"
 """Held (`flock`) by the process using the directory."""
+
+
+class RunDirError(ValueError):
+    """A run directory cannot be used as asked: it is in use, holds another run, or is not a run
+    directory. The message names the problem and what to do about it."""
 
 
 def read_metrics(run: str | Path) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""What produced a result file: the versions and the machine, recorded beside the numbers."""
+"""What produced a result: the versions and the machine, recorded beside the numbers."""
 
 import os
 import platform
@@ -8,12 +8,11 @@ from typing import Any
 import jax
 from jaxlib import version as jaxlib_version
 
-from .. import __version__
+from .._version import __version__
 
 
-def cpu_model() -> str:
-    """The CPU's model name (`/proc/cpuinfo` on Linux, else what `platform` knows): float
-    results differ across CPU models."""
+def _cpu_model() -> str:
+    """The CPU's model name (`/proc/cpuinfo` on Linux, else what `platform` knows)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -25,9 +24,32 @@ def cpu_model() -> str:
 
 
 def environment() -> dict[str, Any]:
-    """The elo, jax, jaxlib and Python versions; the backend, the kind of device, the devices of
-    this process and of all processes; and the machine's CPU model, count and load. Written into
-    the JSON documents of `elo evaluate` and each start's record of `elo meta-train`."""
+    """The software and machine a result is produced with, as JSON-ready values.
+
+    Float results differ across CPU models, device kinds and JAX versions, so `elo` records this
+    beside what it writes: each start of [`elo.meta_train`][] (in `sessions.jsonl`) and every
+    document of `elo evaluate`. Calling it starts JAX's backend.
+
+    **Returns:**
+
+    A dict with the keys
+
+    - `elo`, `jax`, `jaxlib`, `python`: the versions;
+    - `backend`: JAX's default backend (`"cpu"`, `"gpu"`, `"tpu"`);
+    - `device_kind`: the kind of this process's first device (e.g. `"NVIDIA H200"`, `"cpu"`);
+    - `device_count`, `local_device_count`, `process_count`: the devices of all processes, of
+      this one, and the number of processes;
+    - `os`: the operating system (`platform.platform()`);
+    - `cpu_model`, `cpu_count`, `load_average`: the CPU's model name, its logical cores and the
+      1, 5 and 15-minute load (None where the OS has none).
+
+    !!! example
+        ```python
+        import elo
+
+        print(elo.environment()["cpu_model"])
+        ```
+    """
     return {
         "elo": __version__,
         "jax": jax.__version__,
@@ -38,8 +60,8 @@ def environment() -> dict[str, Any]:
         "device_count": jax.device_count(),
         "local_device_count": jax.local_device_count(),
         "process_count": jax.process_count(),
-        "platform": platform.platform(),
-        "cpu_model": cpu_model(),
+        "os": platform.platform(),
+        "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }

@@ -1,5 +1,5 @@
-"""How `elo meta-train` may use a run directory: one process at a time (a lock), and whether
-this command starts, resumes, recovers or replaces what the directory holds."""
+"""How a meta-training run may use its directory: one process at a time (a lock), and whether
+this run starts, resumes, recovers or replaces what the directory holds."""
 
 import contextlib
 import fcntl
@@ -19,19 +19,19 @@ from .._files._run_dir import (
     LOCK_FILE,
     METRICS_FILE,
     RUN_CHECKPOINT,
+    RunDirError,
     SESSIONS_FILE,
 )
-from ._common import CLIError
 from ._metrics_file import aside_name
 
 
 @contextlib.contextmanager
 def locked(out: Path) -> Iterator[None]:
-    """Hold `out/.lock` while this process uses the run directory: a second `elo meta-train` on
-    it would interleave its metrics and checkpoints with ours.
+    """Hold `out/.lock` while this process uses the run directory: a second run on it would
+    interleave its metrics and checkpoints with ours.
 
-    A command that fails before writing anything else leaves no trace: the lock file goes, and
-    so does the directory if this command created it.
+    A run that fails before writing anything else leaves no trace: the lock file goes, and so
+    does the directory if this run created it.
     """
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
@@ -41,9 +41,9 @@ def locked(out: Path) -> Iterator[None]:
         except BlockingIOError:
             f.seek(0)
             holder = f.read().strip() or "another process"
-            raise CLIError(
-                f"{out} is in use by another elo meta-train ({holder}); wait for it to end, or "
-                "choose another --out."
+            raise RunDirError(
+                f"{out} is in use by another meta-training run ({holder}); wait for it to end, "
+                "or choose another run directory (--out)."
             ) from None
         except OSError:
             # Some network filesystems have no locks; running unlocked beats not running.
@@ -64,12 +64,12 @@ def locked(out: Path) -> Iterator[None]:
 
 
 def check_run_dir(out: Path, record: dict[str, Any], config: MetaConfig) -> tuple[str, str]:
-    """How this command may use `out`, as `(kind, detail)`.
+    """How this run may use `out`, as `(kind, detail)`.
 
     `kind` is `"new"`; `"resume"`; `"recover"` (`config.json` is lost, the checkpoint's header
     holds the same configuration); or `"replace"` (`config.json` holds other settings but there is
     no checkpoint, so nothing is resumable: the new settings take over, and `detail` names the
-    old ones). Anything else is a [`CLIError`][] that says what to do.
+    old ones). Anything else is a `RunDirError` that says what to do.
     """
     config_path = out / CONFIG_FILE
     checkpoint = out / RUN_CHECKPOINT
@@ -78,22 +78,22 @@ def check_run_dir(out: Path, record: dict[str, Any], config: MetaConfig) -> tupl
             header, _ = read_checkpoint(checkpoint)
             saved_config = header.get("config")
             if not isinstance(saved_config, dict):
-                raise CLIError(
+                raise RunDirError(
                     f"{out} has lost its {CONFIG_FILE} and its checkpoint's header holds no "
-                    "configuration; choose another --out."
+                    "configuration; choose another run directory (--out)."
                 )
             differences = config_differences(saved_config, config)
             if differences:
-                raise CLIError(
+                raise RunDirError(
                     f"{out} has lost its {CONFIG_FILE}; its checkpoint's header holds the run's "
-                    f"settings, and they differ from this command's: {'; '.join(differences)}. "
+                    f"settings, and they differ from this run's: {'; '.join(differences)}. "
                     "Rerun with the checkpoint's values to resume it (the file is then rebuilt)."
                 )
             return "recover", ""
         if out.is_dir() and any(p for p in out.iterdir() if not p.name.startswith(".")):
-            raise CLIError(
-                f"--out {out} is a non-empty directory without {CONFIG_FILE}; it is not an elo "
-                "run directory. Choose another --out."
+            raise RunDirError(
+                f"{out} is a non-empty directory without {CONFIG_FILE}; it is not an elo run "
+                "directory. Choose another run directory (--out)."
             )
         return "new", ""
     try:
@@ -104,9 +104,9 @@ def check_run_dir(out: Path, record: dict[str, Any], config: MetaConfig) -> tupl
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         if not checkpoint.is_file():
             return "replace", f"its {CONFIG_FILE} is unreadable"
-        raise CLIError(
+        raise RunDirError(
             f"{config_path} is unreadable or corrupt; delete it to rebuild it from the "
-            "checkpoint's header, or choose another --out."
+            "checkpoint's header, or choose another run directory (--out)."
         ) from None
     differences = config_differences(saved_config, config)
     if saved_seed != record["seed"]:
@@ -121,15 +121,16 @@ def check_run_dir(out: Path, record: dict[str, Any], config: MetaConfig) -> tupl
     if not checkpoint.is_file():
         return "replace", f"other settings: {joined}"
     if any(d.startswith("num_outer_steps:") for d in differences):
-        raise CLIError(
+        raise RunDirError(
             f"{out} holds a run with different settings: {joined}. A run cannot be extended: "
             "num_outer_steps shapes the meta-learning-rate cosine schedule and the supervision "
-            "schedule, so other --steps make another run. To train on from this run's learned "
-            f"optimizer, start a new one: add --init-from {out} and choose another --out."
+            "schedule, so another num_outer_steps (--steps) makes another run. To train on from "
+            f"this run's learned optimizer, start a new one: add --init-from {out} (init_from) "
+            "and choose another run directory (--out)."
         )
-    raise CLIError(
-        f"{out} holds a run with different settings: {joined}. Use another --out, or the "
-        "run's settings to resume it."
+    raise RunDirError(
+        f"{out} holds a run with different settings: {joined}. Use another run directory "
+        "(--out), or the run's settings to resume it."
     )
 
 
@@ -145,6 +146,6 @@ def replace_earlier_start(out: Path, earlier: str) -> None:
     note = "; ".join(kept) if kept else "it wrote no metrics"
     print(
         f"{out}: an earlier start ({earlier}) never reached a checkpoint; starting afresh with "
-        f"this command's settings ({note}).",
+        f"this run's settings ({note}).",
         file=sys.stderr,
     )

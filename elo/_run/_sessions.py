@@ -5,11 +5,11 @@ computation; float differences move a meta-training run like a seed, so each str
 environment. Read with [`elo.read_sessions`][].
 """
 
-import argparse
 import datetime
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +22,11 @@ def _jsonable(value: Any) -> Any:
     return repr(value) if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _options(args: argparse.Namespace) -> dict[str, Any]:
-    """The command's parsed options that JSON can hold (not its handler function)."""
+def _options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's options that JSON can hold (not, say, a command's handler function)."""
     simple = (str, int, float, bool, type(None))
     out = {}
-    for name, value in sorted(vars(args).items()):
+    for name, value in sorted(options.items()):
         if isinstance(value, simple):
             out[name] = _jsonable(value)
         elif isinstance(value, list) and all(isinstance(v, simple) for v in value):
@@ -43,7 +43,7 @@ def _ends_torn(path: Path) -> bool:
         return f.read(1) != b"\n"
 
 
-def record_session(out: Path, from_step: int, args: argparse.Namespace) -> None:
+def record_session(out: Path, from_step: int, options: Mapping[str, Any]) -> None:
     """Append this process's record to `out`'s sessions file and sync it to disk.
 
     A line torn by an earlier kill is closed first, so that it cannot swallow this record.
@@ -52,7 +52,7 @@ def record_session(out: Path, from_step: int, args: argparse.Namespace) -> None:
     record = {
         "from_step": from_step,
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "options": _options(args),
+        "options": _options(options),
         "environment": environment(),
     }
     line = json.dumps(record, allow_nan=False) + "\n"

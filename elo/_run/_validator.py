@@ -1,11 +1,13 @@
-"""`elo meta-train --validate-every`: the learned optimizer alone, scored during meta-training."""
+"""The learned optimizer alone, scored during meta-training (`validation=` of `elo.meta_train`)."""
 
-import argparse
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import equinox as eqx
 
 from .._config import MetaConfig
 from .._evaluation._meta_validation import validate
@@ -13,47 +15,46 @@ from .._files._optimizer_file import save_optimizer
 from .._files._run_dir import BEST_OPTIMIZER, METRICS_FILE
 from .._outer._state import MetaState
 from ..tasks import AbstractTask, get_task
-from ._common import CLIError
 from ._metrics_file import read_validation
-from ._task_factory import is_factory, load_factory_tasks
 
 
-def validation_settings(
-    args: argparse.Namespace, config: MetaConfig, tasks: list[AbstractTask] | None = None
-) -> tuple | None:
-    if args.validate_every < 0:
-        raise CLIError(f"--validate-every must be 0 or positive, got {args.validate_every}.")
-    if args.validate_every == 0:
-        if args.validate_task is not None:
-            raise CLIError("--validate-task applies with --validate-every K; add it.")
-        return None
-    if args.validate_steps < 1:
-        raise CLIError(f"--validate-steps must be a positive integer, got {args.validate_steps}.")
-    if args.distributed:
-        raise CLIError(
-            "--validate-every does not combine with --distributed; validate the run's "
-            "checkpoints afterwards with elo.validate."
-        )
-    specs = [t for t in (args.validate_task or "").split(",") if t]
-    if args.validate_task is not None and (not specs or len(set(specs)) != len(specs)):
-        raise CLIError(
-            f"--validate-task takes tasks separated by commas, each once; got "
-            f"{args.validate_task!r}."
-        )
-    if not specs:
-        if tasks is not None:
-            return args.validate_every, args.validate_steps, (tasks[0],)
-        specs = [config.tasks[0]]
-    chosen = []
-    for spec in specs:
-        if is_factory(spec):
-            chosen.extend(load_factory_tasks(spec))
-            continue
-        try:
-            chosen.append(get_task(spec, batch_size=config.batch_size, data_dir=config.data_dir))
-        except (ValueError, FileNotFoundError) as e:
-            raise CLIError(f"--validate-task: {e}") from None
-    return args.validate_every, args.validate_steps, tuple(chosen)
+class ValidationSettings(eqx.Module):
+    """How [`elo.meta_train`][] scores the learned optimizer alone while it meta-trains.
+
+    Every `every` outer steps (and at step 0 and the last step) the learned optimizer trains
+    each task on its own for `num_steps` steps, at parameter scales 0.1, 1 and 10, and is scored
+    on the task's validation split (never a test set; see [`elo.validate`][]). The record goes
+    to `metrics.jsonl` (a line with a `"validation"` key) and the best-scoring optimizer so far
+    to `best_optimizer.eqx`.
+
+    **Arguments:**
+
+    - `every`: outer steps between checks (positive).
+    - `num_steps`: training steps of each check.
+    - `tasks`: the validation tasks; with several, the score is the mean of theirs. Empty: the
+      first meta-training task.
+    """
+
+    every: int = eqx.field(static=True)
+    num_steps: int = eqx.field(default=2000, static=True)
+    tasks: tuple[AbstractTask, ...] = ()
+
+    def __check_init__(self):
+        for name in ("every", "num_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} = {value!r} is invalid: it must be a positive integer.")
+
+
+def validation_tasks(
+    settings: ValidationSettings, config: MetaConfig, tasks: Sequence[AbstractTask] | None
+) -> tuple[AbstractTask, ...]:
+    """The tasks `settings` validates on: its own, else the run's first meta-training task."""
+    if settings.tasks:
+        return tuple(settings.tasks)
+    if tasks:
+        return (tasks[0],)
+    return (get_task(config.tasks[0], batch_size=config.batch_size, data_dir=config.data_dir),)
 
 
 class Validator:
@@ -65,9 +66,11 @@ class Validator:
     task's result under `"per_task"`; with one task the record is that task's result.
     """
 
-    def __init__(self, out: Path, every: int, num_steps: int, tasks: tuple[AbstractTask, ...]):
-        self.out, self.every, self.num_steps = out, every, num_steps
-        self.tasks = tasks
+    def __init__(self, out: Path, settings: ValidationSettings):
+        if not settings.tasks:
+            raise ValueError("Validator needs its tasks (see `validation_tasks`).")
+        self.out, self.every, self.num_steps = out, settings.every, settings.num_steps
+        self.tasks = settings.tasks
         scores = [r["validation"]["score"] for r in read_validation(out / METRICS_FILE)]
         self.best = min(scores) if scores else math.inf
 

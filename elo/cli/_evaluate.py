@@ -24,9 +24,9 @@ from .._evaluation._tuning import compare, Comparison, COMPARISON_FORMAT, TUNED_
 from .._files._framing import atomic_write
 from .._files._optimizer_file import load_optimizer
 from .._files._pretrained import available_pretrained, PRETRAINED_SCHEME
+from .._run._environment import environment
 from ..tasks import list_tasks
 from ._common import check_writable, CLIError, load_pretrained as _pretrained
-from ._environment import environment
 from ._task_factory import is_factory, load_factory_tasks, TASK_HELP
 
 
