@@ -197,21 +197,92 @@ def test_the_inner_problem_does_not_branch_on_restart_or_divergence_settings():
     assert not branches, branches
 
 
-def test_benchmarks_and_studies_import_public_elo_only():
-    """Outside `elo/` and `tests/`, code uses the documented API: no `elo._x` module, and no
-    private module of a public subpackage (`elo.cli._x`, `elo.optimizers._x`, ...)."""
-    root = Path(__file__).resolve().parents[1]
-    private = []
+def _outside_violations(source: str) -> list[str]:
+    """What a file of `benchmarks/` or `studies/` may not do: import a private `elo._x` module
+    (or a private module of a public subpackage: `elo.optimizers._x`, ...), import `elo.cli`,
+    or run `elo` in a subprocess (an argument list holding `"elo"`, `"elo.cli"`, or `-m elo`)."""
+    found = []
+    tree = ast.parse(source)
+    # What a name is assigned anywhere in the file (`argv = [...]; argv += [...]`): a command
+    # is usually built in a variable before it is run.
+    assigned: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign) and node.value:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    assigned.setdefault(target.id, []).append(node.value)
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "elo" and any(p.startswith("_") for p in parts[1:]):
+                found.append(f"line {node.lineno}: imports private {name}")
+            elif parts[:2] == ["elo", "cli"]:
+                found.append(f"line {node.lineno}: imports {name}")
+        if isinstance(node, ast.Call) and _is_subprocess_call(node.func):
+            args = [*node.args, *(k.value for k in node.keywords)]
+            args += [v for a in args if isinstance(a, ast.Name) for v in assigned.get(a.id, [])]
+            words = [
+                n.value
+                for arg in args
+                for n in ast.walk(arg)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            ]
+            elo = [w for w in words if w.split()[:1] in (["elo"], ["elo.cli"])]
+            elo += [w for w in words if w.startswith("-m elo") or re.search(r"\s-m\s+elo\b", w)]
+            if elo or any(a == "-m" and b.split(".")[0] == "elo" for a, b in zip(words, words[1:])):
+                found.append(f"line {node.lineno}: runs elo in a subprocess")
+    return found
+
+
+def _is_subprocess_call(func: ast.expr) -> bool:
+    """`subprocess.run(...)`, `sp.Popen(...)`, `os.system(...)`, `Popen(...)`, ..."""
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return name in {"run", "call", "check_call", "check_output", "Popen", "system", "execv"} and (
+        not isinstance(func, ast.Attribute)
+        or getattr(func.value, "id", "") in {"subprocess", "sp", "os"}
+    )
+
+
+def test_benchmarks_and_studies_use_the_public_python_api_only():
+    """Outside `elo/` and `tests/`, code uses `elo` as a user of the library would: no private
+    module, no `elo.cli`, no `elo` in a subprocess (`elo.meta_train` runs in-process)."""
+    found = []
     for folder in ("benchmarks", "studies"):
-        for path in sorted((root / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-                names = []
-                if isinstance(node, ast.Import):
-                    names = [a.name for a in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-                for name in names:
-                    parts = name.split(".")
-                    if parts[0] == "elo" and any(p.startswith("_") for p in parts[1:]):
-                        private.append(f"{path.relative_to(root)}: {name}")
-    assert not private, f"private elo modules used outside the library: {private}"
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for line in _outside_violations(path.read_text()):
+                found.append(f"{path.relative_to(ROOT)} {line}")
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from elo._outer._state import init",
+        "import elo._files._checkpoint",
+        "from elo.optimizers._small_fc import SmallFC",
+        "from elo.cli import main",
+        "import elo.cli",
+        "import subprocess\nsubprocess.run([sys.executable, '-m', 'elo.cli', 'meta-train'])",
+        "import subprocess\nsubprocess.call(['elo', 'meta-train', '--preset', 'x'])",
+        "import subprocess as sp\nsp.Popen(argv + ['-m', 'elo', 'evaluate'])",
+        "import os\nos.system('elo meta-train --preset x')",
+        "import os\nos.system('python -m elo.cli evaluate')",
+        "argv = [sys.executable, '-m', 'elo.cli']\nargv += ['meta-train']\nsubprocess.call(argv)",
+    ],
+)
+def test_the_outside_rules_catch_a_violation(source):
+    assert _outside_violations(source)
+
+
+def test_the_outside_rules_allow_the_public_api():
+    allowed = (
+        "import elo\nfrom elo import meta_train\nfrom elo.tasks import get_task\n"
+        "import subprocess\nsubprocess.run([sys.executable, 'benchmarks/x.py', '--worker'])"
+    )
+    assert _outside_violations(allowed) == []
