@@ -1,7 +1,6 @@
-"""Where a measurement came from: the commit of the code and the CPU it ran on."""
+"""Where a measurement came from: the commit of the code (the machine: `elo.environment()`)."""
 
 import os
-import platform
 import subprocess
 from pathlib import Path
 
@@ -31,14 +30,3 @@ def git_commit(code: tuple[str, ...] = ("elo", "benchmarks")) -> str:
     paths = [f":(glob){c}/**/*.py" for c in code]
     dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *paths], **run).returncode
     return found.stdout.strip() + ("-dirty" if dirty else "")
-
-
-def cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

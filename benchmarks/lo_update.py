@@ -236,7 +236,7 @@ def main():
 
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     import jax
-    from _provenance import cpu_model, git_commit
+    from _provenance import git_commit
 
     import elo
 
@@ -266,7 +266,7 @@ def main():
         "command": "python " + " ".join(["benchmarks/lo_update.py", *sys.argv[1:]]),
         "commit": git_commit(),
         "elo": str(pathlib.Path(elo.__file__).parent),
-        "machine": cpu_model(),
+        "machine": elo.environment()["cpu_model"],
         "cpu_count": os.cpu_count(),
         "jax": jax.__version__,
         "backend": jax.default_backend(),

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 
-from _provenance import cpu_model, git_commit
+from _provenance import git_commit
 
 
 OPTIMIZERS = ("adamw", "muon", "small_fc", "celo2")
@@ -122,6 +122,8 @@ def main():
     if args.worker:
         print(json.dumps(compile_one(args.worker, args.rows, args.cols)))
         return
+    import elo
+
     results = {name: measure(name, args.rows, args.cols) for name in OPTIMIZERS}
     adamw = results["adamw"]
     for result in results.values():
@@ -133,7 +135,7 @@ def main():
         + " ".join(a for a in sys.argv[1:] if not a.startswith("--out")),
         "commit": git_commit(),
         "jax": results["adamw"]["jax"],
-        "machine": cpu_model(),
+        "machine": elo.environment()["cpu_model"],
         "shape": [args.rows, args.cols],
         "results": results,
     }

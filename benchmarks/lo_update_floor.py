@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import optax
-from _provenance import cpu_model, git_commit
+from _provenance import git_commit
 
 import elo
 
@@ -138,7 +138,7 @@ def main() -> None:
         "commit": git_commit(),
         "jax": jax.__version__,
         "devices": [str(d) for d in jax.devices()],
-        "cpu_model": cpu_model(),
+        "cpu_model": elo.environment()["cpu_model"],
         "cpu_count": os.cpu_count(),
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),

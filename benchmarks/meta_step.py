@@ -51,7 +51,7 @@ from pathlib import Path
 import jax
 import jax.random as jr
 import jaxlib
-from _provenance import cpu_model, git_commit
+from _provenance import git_commit
 
 import elo
 
@@ -227,7 +227,7 @@ def main() -> None:
         "summary": summarise(results),
         "machine": {
             "platform": platform.platform(),
-            "cpu_model": cpu_model(),
+            "cpu_model": elo.environment()["cpu_model"],
             "cpus": os.cpu_count(),
             "jax": jax.__version__,
             "jaxlib": jaxlib.__version__,

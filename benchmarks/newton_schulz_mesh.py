@@ -111,7 +111,8 @@ def main() -> None:
     if args.child:
         _child(args.child, args.layers, args.width, args.repeats, args.child_out)
         return
-    from benchmarks._provenance import cpu_model, git_commit
+    import elo
+    from benchmarks._provenance import git_commit
 
     rows = {}
     for devices in (int(d) for d in args.devices.split(",")):
@@ -139,8 +140,7 @@ def main() -> None:
         "commit": git_commit(),
         "jax": jax.__version__,
         "device_kind": _device_kind(),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
+        "machine": elo.environment(),
         "load_average_at_end": os.getloadavg(),
     }
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")

@@ -30,7 +30,7 @@ import elo
 
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _provenance import cpu_model, git_commit  # noqa: E402
+from _provenance import git_commit  # noqa: E402
 from meta_step import CONFIGS  # noqa: E402
 
 
@@ -122,7 +122,7 @@ def main() -> None:
     print(
         f"{args.config}: {wall * 1e3:.1f} ms per outer step (traced, wall), "
         f"{busy * ms:.1f} ms of operations per step over {len(threads)} threads, "
-        f"{devices} CPU device(s), {cpu_model()}, jax {jax.__version__}"
+        f"{devices} CPU device(s), {elo.environment()['cpu_model']}, jax {jax.__version__}"
     )
     print(f"\n{'kind':<40} {'ms/step':>9} {'share':>7}")
     for kind, ns in per_kind.most_common(15):
@@ -141,7 +141,7 @@ def main() -> None:
                     "wall_ms_per_step": wall * 1e3,
                     "leaf_ms_per_step": busy * ms,
                     "devices": devices,
-                    "cpu": cpu_model(),
+                    "cpu": elo.environment()["cpu_model"],
                     "jax": jax.__version__,
                     "commit": git_commit(),
                     "command": "python benchmarks/profile_meta_step.py " + " ".join(sys.argv[1:]),

@@ -7,69 +7,18 @@ from . import (
     presets as presets,
     tasks as tasks,
 )
-from ._buffer import (
-    buffer_pop as buffer_pop,
-    buffer_push as buffer_push,
-    resume_decision as resume_decision,
-    ResumeBuffer as ResumeBuffer,
-    should_push as should_push,
-)
-from ._checkpoint import load as load, save as save
 from ._config import MetaConfig as MetaConfig
-from ._cpu import available_cores as available_cores, use_cpu_cores as use_cpu_cores
-from ._difficulty import (
-    difficulty_scores as difficulty_scores,
-    difficulty_step as difficulty_step,
-)
-from ._evaluate import (
+from ._evaluation._evaluate import (
     evaluate as evaluate,
     Evaluation as Evaluation,
     log_grid as log_grid,
     lr_sweep as lr_sweep,
 )
-from ._export import load_optimizer as load_optimizer, save_optimizer as save_optimizer
-from ._fusion import (
-    fused_step as fused_step,
-    FusedStep as FusedStep,
-    imitation_losses as imitation_losses,
-)
-from ._horizon import (
-    AbstractHorizon as AbstractHorizon,
-    CurriculumHorizon as CurriculumHorizon,
-    LogUniformHorizon as LogUniformHorizon,
-    UniformHorizon as UniformHorizon,
-)
-from ._io import CheckpointError as CheckpointError
-from ._meta_step import meta_step as meta_step
-from ._meta_validation import (
+from ._evaluation._meta_validation import (
     validate as validate,
     Validation as Validation,
 )
-from ._pes import (
-    pes_combine as pes_combine,
-    sample_perturbation as sample_perturbation,
-)
-from ._pretrained import (
-    available_pretrained as available_pretrained,
-    pretrained as pretrained,
-)
-from ._pylo import (
-    export_pylo as export_pylo,
-    import_pylo as import_pylo,
-    pylo_state_dict as pylo_state_dict,
-)
-from ._run_dir import (
-    read_metrics as read_metrics,
-    read_sessions as read_sessions,
-    read_validation as read_validation,
-)
-from ._schedules import (
-    ramp as ramp,
-    SupervisionSchedule as SupervisionSchedule,
-    SupervisionWeights as SupervisionWeights,
-)
-from ._state import init as init, MetaState as MetaState, Metrics as Metrics
-from ._tuning import (
+from ._evaluation._tuning import (
     compare as compare,
     Comparison as Comparison,
     steps_to_target as steps_to_target,
@@ -80,6 +29,64 @@ from ._tuning import (
     TUNED_BASELINES as TUNED_BASELINES,
     warmup_cosine as warmup_cosine,
 )
+from ._files._checkpoint import load as load, save as save
+from ._files._framing import CheckpointError as CheckpointError
+from ._files._optimizer_file import (
+    load_optimizer as load_optimizer,
+    save_optimizer as save_optimizer,
+)
+from ._files._pretrained import (
+    available_pretrained as available_pretrained,
+    pretrained as pretrained,
+)
+from ._files._pylo import (
+    export_pylo as export_pylo,
+    import_pylo as import_pylo,
+    pylo_state_dict as pylo_state_dict,
+)
+from ._files._run_dir import (
+    read_metrics as read_metrics,
+    read_sessions as read_sessions,
+    read_validation as read_validation,
+    RunDirError as RunDirError,
+)
+from ._inner._buffer import (
+    buffer_pop as buffer_pop,
+    buffer_push as buffer_push,
+    resume_decision as resume_decision,
+    ResumeBuffer as ResumeBuffer,
+    should_push as should_push,
+)
+from ._inner._difficulty import (
+    difficulty_scores as difficulty_scores,
+    difficulty_step as difficulty_step,
+)
+from ._inner._fusion import (
+    fused_step as fused_step,
+    FusedStep as FusedStep,
+    imitation_losses as imitation_losses,
+)
+from ._inner._horizon import (
+    AbstractHorizon as AbstractHorizon,
+    CurriculumHorizon as CurriculumHorizon,
+    LogUniformHorizon as LogUniformHorizon,
+    UniformHorizon as UniformHorizon,
+)
+from ._inner._schedules import (
+    ramp as ramp,
+    SupervisionSchedule as SupervisionSchedule,
+    SupervisionWeights as SupervisionWeights,
+)
+from ._outer._meta_step import meta_step as meta_step
+from ._outer._pes import (
+    pes_combine as pes_combine,
+    sample_perturbation as sample_perturbation,
+)
+from ._outer._state import init as init, MetaState as MetaState, Metrics as Metrics
+from ._run._environment import environment as environment
+from ._run._meta_train import meta_train as meta_train
+from ._run._validator import ValidationSettings as ValidationSettings
+from ._runtime._cpu import available_cores as available_cores, use_cpu_cores as use_cpu_cores
 from ._version import __version__ as __version__
 from .optimizers._base import AbstractLearnedOptimizer as AbstractLearnedOptimizer
 from .optimizers._celo2 import Celo2 as Celo2

@@ -8,14 +8,13 @@ t-intervals (`t_interval`, `paired`, `ci_band`).
 import json
 import math
 import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks._provenance import cpu_model as cpu_model, git_commit as _git_commit
+from benchmarks._provenance import git_commit as _git_commit
 
 
 def git_commit() -> str:
@@ -25,20 +24,11 @@ def git_commit() -> str:
 
 
 def environment() -> dict[str, Any]:
-    """The code and machine a result is produced with: commit, jax version, devices (their
-    count, backend and kind), CPU."""
-    import jax
+    """The code and machine a result is produced with: the commit and `elo.environment()`
+    (versions, backend, devices, CPU)."""
+    import elo
 
-    return {
-        "commit": git_commit(),
-        "jax": jax.__version__,
-        "devices": jax.device_count(),
-        "platform": jax.default_backend(),
-        "device_kind": jax.devices()[0].device_kind,  # e.g. "NVIDIA H200"; "cpu" on the CPU
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-    }
+    return {"commit": git_commit(), **elo.environment()}
 
 
 def log(study: str, message: str) -> None:

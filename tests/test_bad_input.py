@@ -23,7 +23,7 @@ import pytest
 import elo
 import elo.cli
 from elo._checks import check_key
-from elo._cpu import available_cores
+from elo._runtime._cpu import available_cores
 from elo.cli import main
 
 from .test_cli import TINY

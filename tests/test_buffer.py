@@ -12,7 +12,7 @@ import scipy.stats
 from hypothesis import given, settings
 
 import elo
-from elo._buffer import (
+from elo._inner._buffer import (
     buffer_pop,
     buffer_push,
     record_window,
@@ -20,7 +20,7 @@ from elo._buffer import (
     ResumeBuffer,
     should_push,
 )
-from elo._difficulty import difficulty_scores
+from elo._inner._difficulty import difficulty_scores
 
 
 def bits(tree):

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import elo
-from elo._checkpoint import load, save
-from elo._export import load_optimizer
-from elo._io import atomic_write, CHECKPOINT_VERSION, CheckpointError
-from elo._meta_step import _compiled_meta_step
+from elo._files._checkpoint import load, save
+from elo._files._framing import atomic_write, CHECKPOINT_VERSION, CheckpointError
+from elo._files._optimizer_file import load_optimizer
+from elo._outer._meta_step import _compiled_meta_step
 
 from .helpers import bitwise_equal, tiny_config
 

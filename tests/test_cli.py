@@ -1,6 +1,5 @@
 """The `elo` command: meta-train (resume, crash safety), evaluate, plot, export, errors."""
 
-import argparse
 import contextlib
 import fcntl
 import io
@@ -21,12 +20,13 @@ import numpy as np
 import pytest
 
 import elo
+import elo._run._meta_train
 import elo.cli
-from elo._checkpoint import read_checkpoint
-from elo._export import load_optimizer, save_optimizer
+from elo._files._checkpoint import read_checkpoint
+from elo._files._optimizer_file import load_optimizer, save_optimizer
+from elo._run._metrics_file import read_metrics, scan_records
 from elo.cli import main
 from elo.cli._common import CLIError, parse_overrides
-from elo.cli._metrics_file import read_metrics, scan_records
 
 from .helpers import bitwise_equal, tiny_cli_args, tiny_config
 
@@ -104,7 +104,7 @@ def test_crash_and_resume_reproduce_the_straight_run_bitwise(straight, tmp_path,
     file; resuming truncates the metrics to the checkpoint and reproduces the straight run."""
     out = tmp_path / "resumed"
     args = ["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out), "--no-progress"]
-    real_step = elo.cli._meta_train.meta_step
+    real_step = elo._run._meta_train.meta_step
     calls = []
 
     def crashing_step(state, key):
@@ -113,7 +113,7 @@ def test_crash_and_resume_reproduce_the_straight_run_bitwise(straight, tmp_path,
             raise RuntimeError("simulated crash")
         return real_step(state, key)
 
-    monkeypatch.setattr(elo.cli._meta_train, "meta_step", crashing_step)
+    monkeypatch.setattr(elo._run._meta_train, "meta_step", crashing_step)
     with pytest.raises(RuntimeError, match="simulated crash"):
         main([*args, "--checkpoint-every", "3"])
     monkeypatch.undo()
@@ -133,7 +133,7 @@ def test_crash_and_resume_reproduce_the_straight_run_bitwise(straight, tmp_path,
 @pytest.mark.slow
 def test_keyboard_interrupt_checkpoints_and_exits_130(tmp_path, monkeypatch, capsys):
     out = tmp_path / "interrupted"
-    real_step = elo.cli._meta_train.meta_step
+    real_step = elo._run._meta_train.meta_step
     calls = []
 
     def interrupted_step(state, key):
@@ -142,7 +142,7 @@ def test_keyboard_interrupt_checkpoints_and_exits_130(tmp_path, monkeypatch, cap
             raise KeyboardInterrupt
         return real_step(state, key)
 
-    monkeypatch.setattr(elo.cli._meta_train, "meta_step", interrupted_step)
+    monkeypatch.setattr(elo._run._meta_train, "meta_step", interrupted_step)
     args = ["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out), "--no-progress"]
     assert main([*args, "--checkpoint-every", "50"]) == 130
     assert read_checkpoint(out / "checkpoint.eqx")[0]["step"] == 2
@@ -218,7 +218,7 @@ def _copy_run(source: Path, dest: Path, names=("config.json", "checkpoint.eqx", 
 
 def _first_states(monkeypatch, sleep=None):
     """Record the state each meta_step receives (and optionally slow the step down)."""
-    real_step = elo.cli._meta_train.meta_step
+    real_step = elo._run._meta_train.meta_step
     seen = []
 
     def recording_step(state, key):
@@ -228,7 +228,7 @@ def _first_states(monkeypatch, sleep=None):
             time.sleep(sleep(len(seen)))
         return new_state
 
-    monkeypatch.setattr(elo.cli._meta_train, "meta_step", recording_step)
+    monkeypatch.setattr(elo._run._meta_train, "meta_step", recording_step)
     return seen
 
 
@@ -278,7 +278,7 @@ def test_a_finished_run_is_not_extended_and_init_from_starts_a_new_one(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "num_outer_steps: 8 (run directory) vs 18" in err
     assert "cannot be extended" in err and "cosine" in err and "supervision" in err
-    assert f"add --init-from {out} and choose another --out" in err
+    assert f"add --init-from {out} (init_from) and choose another run directory (--out)" in err
 
     # The suggested command: a new run whose learned optimizer starts from the finished one's.
     new = tmp_path / "next"
@@ -300,7 +300,7 @@ def test_a_finished_run_is_not_extended_and_init_from_starts_a_new_one(
     other = ["--out", str(tmp_path / "other"), "--init-from", str(small)]
     assert main(["meta-train", *TINY, "--steps", str(STEPS), *other]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "hidden_size: 8 (--init-from) vs 32 (this run)" in err
+    assert err.count("\n") == 1 and "hidden_size: 8 (init_from) vs 32 (this run)" in err
     assert not (tmp_path / "other" / "config.json").exists()
 
 
@@ -324,7 +324,7 @@ def test_a_lost_config_json_is_rebuilt_from_the_checkpoint_header(straight, tmp_
 def test_a_second_meta_train_on_the_same_directory_is_refused(tmp_path, monkeypatch, capsys):
     out = tmp_path / "shared"
     command = ["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out), "--no-progress"]
-    real_step = elo.cli._meta_train.meta_step
+    real_step = elo._run._meta_train.meta_step
     second = []
 
     def step_with_a_second_run_alongside(state, key):
@@ -332,12 +332,12 @@ def test_a_second_meta_train_on_the_same_directory_is_refused(tmp_path, monkeypa
             second.append(main(command))
         return real_step(state, key)
 
-    monkeypatch.setattr(elo.cli._meta_train, "meta_step", step_with_a_second_run_alongside)
+    monkeypatch.setattr(elo._run._meta_train, "meta_step", step_with_a_second_run_alongside)
     assert main(command) == 0
     assert second == [2]
     err = capsys.readouterr().err
     (line,) = [line for line in err.splitlines() if line.startswith("elo: error:")]
-    assert f"{out} is in use by another elo meta-train (pid {os.getpid()} on" in line
+    assert f"{out} is in use by another meta-training run (pid {os.getpid()} on" in line
     assert [r["step"] for r in _records(out)] == list(range(1, STEPS + 1))
     # Released at the end, and held against other processes too (flock is per open file).
     with open(out / ".lock") as f:
@@ -378,7 +378,7 @@ def test_ctrl_c_during_the_first_step_does_not_claim_a_checkpoint(tmp_path, monk
     def interrupted_step(state, key):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(elo.cli._meta_train, "meta_step", interrupted_step)
+    monkeypatch.setattr(elo._run._meta_train, "meta_step", interrupted_step)
     out = tmp_path / "compiling"
     assert main(["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out)]) == 130
     err = capsys.readouterr().err
@@ -444,7 +444,7 @@ def test_meta_step_says_it_expects_a_meta_state():
         (["meta-train", "--preset", "pes_small_fc", "--steps", "0"], "--steps must be a positive"),
         (
             ["meta-train", "--preset", "pes_small_fc", "--init-from", "/no/such/run"],
-            "--init-from /no/such/run does not exist",
+            "--init-from) /no/such/run does not exist",
         ),
         (
             ["meta-train", "--preset", "pes_small_fc", "--cpu-devices", "0"],
@@ -616,7 +616,7 @@ def test_a_check_cut_short_by_an_interruption_is_made_on_resume(tmp_path, monkey
     """Ctrl-C or SIGTERM during a check saves its step's checkpoint without the check; the
     resumed run makes that check before training on (or, at the last step, before saying the
     run is complete), so no check is lost and best_optimizer.eqx is the best check's."""
-    import elo.cli._validator as validator_module
+    import elo._run._validator as validator_module
 
     out = tmp_path / "run"
     argv = ["meta-train", *TINY, "--steps", "4", "--out", str(out), "--no-progress"]
@@ -659,7 +659,7 @@ def test_validation_task_list_errors_name_the_flag(tmp_path, value, capsys):
 def test_a_repeated_interrupt_cannot_abort_the_checkpoint_of_the_first():
     """While the interrupted run saves its checkpoint, Ctrl-C and SIGTERM are ignored; the
     handlers come back afterwards."""
-    from elo.cli._meta_train import _signals_ignored
+    from elo._run._meta_train import _signals_ignored
 
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     with _signals_ignored(True):
@@ -671,11 +671,11 @@ def test_a_repeated_interrupt_cannot_abort_the_checkpoint_of_the_first():
 
 def test_a_torn_sessions_line_is_skipped_and_cannot_swallow_the_next_record(tmp_path):
     """A kill mid-write leaves a line without its newline; the next start closes it first."""
-    from elo.cli._sessions import record_session
+    from elo._run._sessions import record_session
 
     (tmp_path / "sessions.jsonl").write_text('{"from_step": 0, "started": "2026')
     assert elo.read_sessions(tmp_path) == []
-    options = argparse.Namespace(preset="pes_small_fc", step_timeout=math.inf, func=print)
+    options = dict(preset="pes_small_fc", step_timeout=math.inf, func=print)
     record_session(tmp_path, 5, options)
     (session,) = elo.read_sessions(tmp_path)
     assert session["from_step"] == 5

@@ -71,7 +71,7 @@ def test_a_count_from_jax_num_cpu_devices_is_kept():
 
 
 def test_available_cores_respects_a_cgroup_quota(tmp_path, monkeypatch):
-    from elo import _cpu
+    from elo._runtime import _cpu
 
     cpu_max = tmp_path / "cpu.max"
     monkeypatch.setattr(_cpu, "_CGROUP_CPU_MAX", cpu_max)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from elo._difficulty import (
+from elo._inner._difficulty import (
     difficulty_init,
     difficulty_reset,
     difficulty_scores,

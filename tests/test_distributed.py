@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import elo
-import elo._mesh
+import elo._runtime._mesh
 import elo.distributed
-from elo._meta_step import _compiled_meta_step
+from elo._outer._meta_step import _compiled_meta_step
 
 from .distributed_worker import INIT_KEY, lo_weights, step_key, tiny_config
 
@@ -76,20 +76,23 @@ def two_processes(monkeypatch):
     devices = jax.devices()
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     monkeypatch.setattr(
-        elo._mesh, "_devices_per_process", lambda: {0: devices[:2], 1: devices[2:4]}
+        elo._runtime._mesh, "_devices_per_process", lambda: {0: devices[:2], 1: devices[2:4]}
     )
     return devices
 
 
 def test_mesh_spreads_particles_evenly_over_processes(two_processes):
     devices = two_processes
-    assert elo._mesh.particle_devices(tiny_config(num_particles=8)) == devices[:4]
+    assert elo._runtime._mesh.particle_devices(tiny_config(num_particles=8)) == devices[:4]
     # 6 particles: 4 devices do not divide them; 2 do, one per process (not both on process 0).
-    assert elo._mesh.particle_devices(tiny_config(num_particles=6)) == [devices[0], devices[2]]
+    assert elo._runtime._mesh.particle_devices(tiny_config(num_particles=6)) == [
+        devices[0],
+        devices[2],
+    ]
     with pytest.raises(ValueError, match="num_particles = 3 cannot be split evenly over the 2"):
-        elo._mesh.particle_devices(tiny_config(num_particles=3))
+        elo._runtime._mesh.particle_devices(tiny_config(num_particles=3))
     with pytest.raises(ValueError, match="num_devices = 3 cannot be spread evenly over the 2"):
-        elo._mesh.particle_devices(tiny_config(num_particles=3, num_devices=3))
+        elo._runtime._mesh.particle_devices(tiny_config(num_particles=3, num_devices=3))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import elo
-from elo._build import initial_loss
+from elo._outer._build import initial_loss
 from elo.tasks import AbstractTask
 
 

@@ -11,7 +11,7 @@ import optax
 import pytest
 
 import elo
-from elo._evaluate import evaluate, Evaluation, log_grid, lr_sweep
+from elo._evaluation._evaluate import evaluate, Evaluation, log_grid, lr_sweep
 from elo.tasks._cnn import conv3x3
 
 

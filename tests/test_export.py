@@ -8,8 +8,8 @@ import jax.random as jr
 import pytest
 
 import elo
-from elo._export import load_optimizer, save_optimizer
-from elo._io import CheckpointError
+from elo._files._framing import CheckpointError
+from elo._files._optimizer_file import load_optimizer, save_optimizer
 
 from .helpers import bitwise_equal
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from elo import Celo2, SmallFC
-from elo._fusion import fused_step, FusedStep, imitation_losses
+from elo._inner._fusion import fused_step, FusedStep, imitation_losses
 from elo.optimizers import adamw_expert, muon_expert
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from elo._horizon import CurriculumHorizon, LogUniformHorizon, UniformHorizon
+from elo._inner._horizon import CurriculumHorizon, LogUniformHorizon, UniformHorizon
 
 
 NUM_SAMPLES = 20_000

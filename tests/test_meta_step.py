@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import elo
-from elo._meta_step import _compiled_for, _compiled_meta_step
+from elo._outer._meta_step import _compiled_for, _compiled_meta_step
 from elo.tasks import AbstractTask
 
 from .helpers import bitwise_equal, tree_allclose, without_runtime_type_checks
@@ -255,8 +255,8 @@ def test_single_cpu_device_runs_its_own_compiled_variant_with_the_same_results(s
     # One CPU device compiles with `single_cpu_device_compiler_options` (XLA's own dot emitter
     # instead of YNNPACK): a different compiled program, the same mathematics up to float
     # summation order, and still one trace per run.
-    from elo._cpu import single_cpu_device_compiler_options
-    from elo._meta_step import _compiled_meta_step_one_cpu
+    from elo._outer._meta_step import _compiled_meta_step_one_cpu
+    from elo._runtime._cpu import single_cpu_device_compiler_options
 
     assert single_cpu_device_compiler_options() in (
         {},

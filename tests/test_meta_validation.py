@@ -69,10 +69,10 @@ def test_bad_validation_arguments_are_refused(task, lo):
 def test_training_run_draws_long_chunks_in_blocks(monkeypatch, max_drawn):
     """A chunk longer than `MAX_DRAWN_STEPS` draws its minibatches block by block: the same run
     as the plain loop either way."""
-    monkeypatch.setattr(elo._training_run, "MAX_DRAWN_STEPS", max_drawn)
+    monkeypatch.setattr(elo._evaluation._training_run, "MAX_DRAWN_STEPS", max_drawn)
     task, opt = elo.tasks.QuadraticTask(3, noise_scale=0.5), optax.sgd(0.05)
     run = jax.jit(
-        lambda key: elo._training_run.training_run(
+        lambda key: elo._evaluation._training_run.training_run(
             task, opt, key, num_steps=7, eval_every=5, measure=lambda p: p["w"]
         )
     )

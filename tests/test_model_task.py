@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import elo
-from elo._checkpoint import load, save
-from elo._io import CheckpointError
+from elo._files._checkpoint import load, save
+from elo._files._framing import CheckpointError
 
 from .helpers import without_runtime_type_checks
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from elo import Celo2, SmallFC
-from elo._fusion import fused_step, imitation_losses
+from elo._inner._fusion import fused_step, imitation_losses
 from elo.optimizers import expert_from_config, expert_lr_schedule, newton_schulz
 from elo.optimizers._accumulators import accumulate
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import elo
-from elo._export import load_optimizer
+from elo._files._optimizer_file import load_optimizer
 from elo.cli import main
 
 

@@ -13,8 +13,8 @@ import safetensors
 import safetensors.numpy
 
 import elo
-from elo._io import CheckpointError
-from elo._pylo import export_pylo, import_pylo, pylo_state_dict
+from elo._files._framing import CheckpointError
+from elo._files._pylo import export_pylo, import_pylo, pylo_state_dict
 from elo.optimizers._accumulators import accumulate
 
 from .helpers import without_runtime_type_checks

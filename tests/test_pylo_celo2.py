@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import elo
-from elo._flax_msgpack import read_flax_msgpack
-from elo._io import CheckpointError
-from elo._torch_state_dict import read_torch_state_dict
+from elo._files._flax_msgpack import read_flax_msgpack
+from elo._files._framing import CheckpointError
+from elo._files._torch_state_dict import read_torch_state_dict
 
 
 PARITY = Path(__file__).parent / "parity" / "pylo_celo2"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from elo._schedules import ramp, SupervisionSchedule
+from elo._inner._schedules import ramp, SupervisionSchedule
 
 
 EPS32 = float(np.finfo(np.float32).eps)

@@ -10,7 +10,7 @@ import optax
 import pytest
 
 import elo
-from elo._evaluate import Evaluation
+from elo._evaluation._evaluate import Evaluation
 
 
 QUADRATIC = elo.tasks.QuadraticTask(4, noise_scale=0.1)
@@ -168,13 +168,13 @@ def test_tune_many_equals_tuning_each_optimizer_alone(make, monkeypatch):
     task = elo.tasks.get_task("mlp-w8-d1_mnist-8x8x1")
     los = [make(key=jr.key(k)) for k in (1, 2)]
     traced = []
-    train = elo._tuning._train
+    train = elo._evaluation._tuning._train
 
     def counted(*args):
         traced.append(1)
         return train(*args)
 
-    monkeypatch.setattr(elo._tuning, "_train", counted)
+    monkeypatch.setattr(elo._evaluation._tuning, "_train", counted)
     many = elo.tune_many(
         los, task, num_steps=8, values=[0.5, 4.0], seeds=2, eval_every=4, names=["a", "b"]
     )

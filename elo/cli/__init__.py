@@ -5,7 +5,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from .._io import CheckpointError
+from .._files._framing import CheckpointError
 from . import _evaluate, _export, _meta_train, _plot
 from ._common import ArgumentParser, CLIError
 

@@ -15,7 +15,7 @@ from .._config import MetaConfig
 
 def load_pretrained(target: str) -> Any:
     """The shipped optimizer a `pretrained:NAME` argument names (errors become `CLIError`)."""
-    from .._pretrained import pretrained, PRETRAINED_SCHEME
+    from .._files._pretrained import pretrained, PRETRAINED_SCHEME
 
     try:
         return pretrained(target[len(PRETRAINED_SCHEME) :])

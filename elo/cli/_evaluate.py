@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from .._evaluate import (
+from .._evaluation._evaluate import (
     evaluate,
     Evaluation,
     EVALUATION_FORMAT,
@@ -20,13 +20,13 @@ from .._evaluate import (
     lr_sweep,
     selection_score,
 )
-from .._export import load_optimizer
-from .._io import atomic_write
-from .._pretrained import available_pretrained, PRETRAINED_SCHEME
-from .._tuning import compare, Comparison, COMPARISON_FORMAT, TUNED_BASELINES
+from .._evaluation._tuning import compare, Comparison, COMPARISON_FORMAT, TUNED_BASELINES
+from .._files._framing import atomic_write
+from .._files._optimizer_file import load_optimizer
+from .._files._pretrained import available_pretrained, PRETRAINED_SCHEME
+from .._run._environment import environment
 from ..tasks import list_tasks
 from ._common import check_writable, CLIError, load_pretrained as _pretrained
-from ._environment import environment
 from ._task_factory import is_factory, load_factory_tasks, TASK_HELP
 
 

@@ -4,9 +4,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .._export import load_optimizer, save_optimizer
-from .._pretrained import PRETRAINED_SCHEME
-from .._pylo import export_pylo
+from .._files._optimizer_file import load_optimizer, save_optimizer
+from .._files._pretrained import PRETRAINED_SCHEME
+from .._files._pylo import export_pylo
 from ._common import CLIError, load_pretrained
 
 

@@ -1,38 +1,26 @@
-"""`elo meta-train`: a resumable meta-training run in a directory."""
+"""`elo meta-train`: the command line of [`elo.meta_train`][]."""
 
 import argparse
 import contextlib
-import json
 import logging
-import os
-import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import equinox as eqx
-import jax
-import jax.random as jr
-
-from .. import distributed, presets
-from .._build import build_meta_optimizer, config_with_tasks
-from .._checkpoint import load, save
-from .._config import MetaConfig
-from .._cpu import available_cores, use_cpu_cores
-from .._export import load_optimizer, optimizer_spec
-from .._io import atomic_write, CheckpointError, remove_stale_temporaries
-from .._mesh import particle_mesh, place
-from .._meta_step import meta_step
-from .._run_dir import BEST_OPTIMIZER, CONFIG_FILE, METRICS_FILE, RUN_CHECKPOINT
-from .._state import init, MetaState
-from ..tasks import AbstractTask
+from .. import (
+    available_cores,
+    distributed,
+    meta_train,
+    MetaConfig,
+    presets,
+    RunDirError,
+    use_cpu_cores,
+    ValidationSettings,
+)
+from .._run._meta_train import MAX_SEED
+from ..tasks import AbstractTask, get_task
 from ._common import CLIError, parse_overrides
-from ._metrics_file import clean_record, read_validation, repair_metrics
-from ._run_dir_guard import check_run_dir, locked, replace_earlier_start
-from ._sessions import record_session
-from ._task_factory import resolve_tasks, TASK_HELP
-from ._validator import validation_settings, Validator
+from ._task_factory import is_factory, load_factory_tasks, resolve_tasks, TASK_HELP
 
 
 DESCRIPTION = """\
@@ -188,51 +176,6 @@ def build_config(preset: str, steps: int | None, overrides: list[str]) -> MetaCo
         raise CLIError(str(e)) from None
 
 
-def _init_from_path(source: str | None, out: Path) -> Path | None:
-    """`--init-from` as an absolute path; it must exist unless `out` has a checkpoint to resume
-    (which holds the weights, so the source may since have moved)."""
-    if source is None:
-        return None
-    if not Path(source).exists() and not (out / RUN_CHECKPOINT).is_file():
-        raise CLIError(
-            f"--init-from {source} does not exist; give a run directory, a checkpoint or an "
-            "exported .eqx optimizer."
-        )
-    return Path(source).resolve()
-
-
-def _initialised_from(state: MetaState, source: Path) -> MetaState:
-    """`state` with the learned optimizer's weights of `source` and a fresh meta-optimizer."""
-    try:
-        lo = load_optimizer(source)
-    except CheckpointError as e:
-        raise CLIError(f"--init-from: {e}") from None
-    ours, theirs = optimizer_spec(state.learned_optimizer), optimizer_spec(lo)
-    if ours != theirs:
-        if ours["class"] != theirs["class"]:
-            what = [f"class: {theirs['class']} (--init-from) vs {ours['class']} (this run)"]
-        else:
-            a, b = theirs["hyperparameters"], ours["hyperparameters"]
-            what = [
-                f"{k}: {a.get(k)!r} (--init-from) vs {b.get(k)!r} (this run)"
-                for k in sorted(set(a) | set(b))
-                if a.get(k) != b.get(k)
-            ]
-        raise CLIError(
-            f"--init-from {source} holds another learned optimizer than this run's: "
-            f"{'; '.join(what)}. Initialise from a run with the same learned optimizer."
-        )
-    mesh = particle_mesh(state.config)
-    theta, static = eqx.partition(lo, eqx.is_inexact_array)
-    theta = place(theta, mesh, sharded=False)
-    meta_opt_state = place(build_meta_optimizer(state.config).init(theta), mesh, sharded=False)
-    return eqx.tree_at(
-        lambda s: (s.learned_optimizer, s.meta_opt_state),
-        state,
-        (eqx.combine(theta, static), meta_opt_state),
-    )
-
-
 def configure_cpu_devices(setting: str) -> None:
     """Apply `--cpu-devices` (see [`elo.use_cpu_cores`][]) before JAX starts.
 
@@ -259,8 +202,39 @@ def configure_cpu_devices(setting: str) -> None:
         raise CLIError(str(e)) from None
 
 
-# JAX makes a key from the low 32 bits of a seed: seeds that differ above them share a key.
-MAX_SEED = 2**32 - 1
+def validation_settings(
+    args: argparse.Namespace, config: MetaConfig, tasks: list[AbstractTask] | None = None
+) -> ValidationSettings | None:
+    """`--validate-*` as [`elo.ValidationSettings`][] (None without `--validate-every`)."""
+    if args.validate_every < 0:
+        raise CLIError(f"--validate-every must be 0 or positive, got {args.validate_every}.")
+    if args.validate_every == 0:
+        if args.validate_task is not None:
+            raise CLIError("--validate-task applies with --validate-every K; add it.")
+        return None
+    if args.validate_steps < 1:
+        raise CLIError(f"--validate-steps must be a positive integer, got {args.validate_steps}.")
+    if args.distributed:
+        raise CLIError(
+            "--validate-every does not combine with --distributed; validate the run's "
+            "checkpoints afterwards with elo.validate."
+        )
+    specs = [t for t in (args.validate_task or "").split(",") if t]
+    if args.validate_task is not None and (not specs or len(set(specs)) != len(specs)):
+        raise CLIError(
+            f"--validate-task takes tasks separated by commas, each once; got "
+            f"{args.validate_task!r}."
+        )
+    chosen = []
+    for spec in specs:
+        if is_factory(spec):
+            chosen.extend(load_factory_tasks(spec))
+            continue
+        try:
+            chosen.append(get_task(spec, batch_size=config.batch_size, data_dir=config.data_dir))
+        except (ValueError, FileNotFoundError) as e:
+            raise CLIError(f"--validate-task: {e}") from None
+    return ValidationSettings(args.validate_every, args.validate_steps, tuple(chosen))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -283,227 +257,31 @@ def run(args: argparse.Namespace) -> int:
         if any(item.partition("=")[0].strip() == "tasks" for item in args.set):
             raise CLIError("give the tasks either with --task or with --set tasks=..., not both.")
         tasks = resolve_tasks(args.task, batch_size=config.batch_size, data_dir=config.data_dir)
-        try:
-            config = config_with_tasks(config, tasks)
-        except (TypeError, ValueError) as e:
-            raise CLIError(f"--task: {e}") from None
     validation = validation_settings(args, config, tasks)
     if args.checkpoint_every < 1:
         raise CLIError(
             f"--checkpoint-every must be a positive integer, got {args.checkpoint_every}."
         )
     out = Path(args.out) if args.out else Path("runs") / f"{args.preset}-s{args.seed}"
-    init_from = _init_from_path(args.init_from, out)
-    record: dict[str, Any] = {
-        "preset": args.preset,
-        "seed": args.seed,
-        "config": config.to_dict(),
-    }
-    if init_from is not None:
-        record["init_from"] = str(init_from)
+    record: dict[str, Any] = {"preset": args.preset}
     if tasks is not None:
         record["task"] = list(args.task)
-    if out.exists() and not out.is_dir():
-        raise CLIError(f"--out {out} exists and is not a directory.")
-    writer = jax.process_index() == 0
-    with locked(out) if writer else contextlib.nullcontext():
-        return _run(args, out, record, config, validation, init_from, tasks)
-
-
-def _run(
-    args: argparse.Namespace,
-    out: Path,
-    record: dict[str, Any],
-    config: MetaConfig,
-    validation: tuple | None,
-    init_from: Path | None,
-    tasks: list[AbstractTask] | None = None,
-) -> int:
-    kind, earlier = check_run_dir(out, record, config)
-    writer = jax.process_index() == 0
-    checkpoint = out / RUN_CHECKPOINT
-    metrics_path = out / METRICS_FILE
-    if writer:
-        for path in (checkpoint, metrics_path, out / CONFIG_FILE, out / BEST_OPTIMIZER):
-            remove_stale_temporaries(path)
-
-    key = jr.key(args.seed)
-    init_key, run_key = jr.split(key)
-    state = init(config, key=init_key, tasks=tasks)
-    if checkpoint.is_file():
-        state = load(checkpoint, like=state)
-    elif init_from is not None:
-        state = _initialised_from(state, init_from)
-    start = int(state.step)
-    total = config.num_outer_steps
-    # config.json is written only now, once the run could start: a command that failed before
-    # leaves nothing that would refuse the corrected one.
-    if writer:
-        if kind == "replace":
-            replace_earlier_start(out, earlier)
-        if kind != "resume":
-            atomic_write(out / CONFIG_FILE, [json.dumps(record, indent=2).encode() + b"\n"])
-        if kind == "recover":
-            print(
-                f"{out}: {CONFIG_FILE} was lost; rebuilt it from {checkpoint}'s header, which "
-                f"does not record the seed (--seed {args.seed} is assumed).",
-                file=sys.stderr,
-            )
-        repair_metrics(metrics_path, start)
-        if start < total:
-            record_session(out, start, args)
-    if 0 < start < total:
-        print(f"Resuming {out} from outer step {start} of {total}.", file=sys.stderr)
-    validator = None
-    if validation is not None:
-        validator = Validator(out, *validation)
-        # A check due at the step the run starts from is made now when the metrics lack it:
-        # step 0 of a new run, or a check that an interruption cut short (the checkpoint of
-        # its step is saved on the way out, so the resumed loop would never come back to it).
-        checked = any(r["step"] == start for r in read_validation(metrics_path))
-        if validator.due(start, total) and not checked:
-            if start > 0:
-                print(f"Making outer step {start}'s check, which was cut short.", file=sys.stderr)
-            validator(state, start)
-    if start >= total:
-        print(
-            f"{out}: the run is complete ({start} of {total} outer steps). To train on from its "
-            f"learned optimizer, start a new run with --init-from {out}."
-        )
-        return 0
-    timeout = args.step_timeout if args.distributed else None
-    return _loop(
-        state,
-        run_key,
-        start,
-        total,
-        out,
-        args.checkpoint_every,
-        args.no_progress,
-        timeout,
-        validator,
-    )
-
-
-@contextlib.contextmanager
-def _signals_ignored(in_main_thread: bool):
-    """Ctrl-C and SIGTERM ignored for the duration: a repeated one must not abort the
-    checkpoint that the first one asked for."""
-    if not in_main_thread:
-        yield
-        return
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def _loop(
-    state: MetaState,
-    run_key: Any,
-    start: int,
-    total: int,
-    out: Path,
-    every: int,
-    no_progress: bool,
-    step_timeout: float | None = None,
-    validator: "Validator | None" = None,
-) -> int:
-    from tqdm.auto import tqdm
-
-    writer = jax.process_index() == 0
-    checkpoint = out / RUN_CHECKPOINT
-    metrics_file = open(out / METRICS_FILE, "a") if writer else None
-
-    def progress(initial: int, desc: str, *, leave: bool) -> Any:
-        return tqdm(
-            total=total,
-            initial=initial,
-            desc=desc,
-            unit="step",
-            leave=leave,
-            disable=no_progress or not writer,
-            dynamic_ncols=True,
-            file=sys.stderr,
+        meta_train(
+            config,
+            out,
+            seed=args.seed,
+            checkpoint_every=args.checkpoint_every,
+            validation=validation,
+            init_from=args.init_from,
+            progress=not args.no_progress,
+            tasks=tasks,
+            step_timeout=args.step_timeout if args.distributed else None,
+            run_record=record,
+            session_options=vars(args),
         )
-
-    # The first step compiles (seconds to minutes): a rate that counted it would promise hours
-    # for a run of minutes, so the bar that estimates the time left starts after it.
-    bar = progress(start, "meta-train (compiling)", leave=False)
-
-    def save_now() -> None:
-        if metrics_file is not None:
-            metrics_file.flush()
-            os.fsync(metrics_file.fileno())
-        save(checkpoint, state)
-
-    # SIGTERM (e.g. a scheduler's pre-emption) is handled like Ctrl-C: finish the step in
-    # flight, checkpoint, exit. SIGKILL cannot be caught; atomic writes make it safe anyway.
-    # With several processes one of them stopping alone would strand the others in the next
-    # collective, so the handler is installed only for single-process runs.
-    previous = signal.getsignal(signal.SIGTERM)
-    in_main_thread = jax.process_count() == 1
-    if in_main_thread:
-        try:
-            signal.signal(signal.SIGTERM, signal.default_int_handler)
-        except ValueError:
-            in_main_thread = False
-    watchdog = (
-        distributed.StepWatchdog(step_timeout)
-        if step_timeout is not None
-        else contextlib.nullcontext()
-    )
-    step = start
-    saved_at = start
-    with watchdog as dog:
-        try:
-            for t in range(start, total):
-                started = time.perf_counter()
-                with dog.step(t) if dog is not None else contextlib.nullcontext():
-                    new_state = meta_step(state, jr.fold_in(run_key, t))
-                    metrics = new_state.metrics.to_dict()
-                line = clean_record(
-                    {"step": t + 1, "seconds": time.perf_counter() - started, **metrics}
-                )
-                if metrics_file is not None:
-                    metrics_file.write(json.dumps(line, allow_nan=False) + "\n")
-                # The metrics line is written before the state advances, so an interruption
-                # anywhere leaves the file holding at least the checkpoint's steps.
-                state, step = new_state, t + 1
-                if validator is not None and validator.due(step, total):
-                    validator(state, step, metrics_file)
-                if t == start:
-                    bar.close()
-                    bar = progress(step, "meta-train", leave=True)
-                else:
-                    bar.update(1)
-                bar.set_postfix(meta_loss=f"{metrics['meta_loss']:.4f}", refresh=False)
-                if step % every == 0 or step == total:
-                    save_now()
-                    saved_at = step
-        except KeyboardInterrupt:
-            bar.close()
-            if saved_at != step:
-                with _signals_ignored(in_main_thread):
-                    save_now()
-                done = f"checkpoint saved at outer step {step}"
-            elif step > 0:
-                done = f"the checkpoint of outer step {step} is up to date"
-            else:
-                done = "no checkpoint was written yet"
-            again = "resume" if step > 0 else "start again"
-            print(
-                f"Interrupted at outer step {step}; {done}. Rerun the same command to {again}.",
-                file=sys.stderr,
-            )
-            return 130
-        finally:
-            bar.close()
-            if metrics_file is not None:
-                metrics_file.close()
-            if in_main_thread:
-                signal.signal(signal.SIGTERM, previous)
-    print(f"{out}: {total} outer steps done; checkpoint {checkpoint}.")
+    except RunDirError as e:
+        raise CLIError(str(e)) from None
+    except KeyboardInterrupt:
+        return 130
     return 0

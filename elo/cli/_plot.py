@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from .._evaluate import Evaluation, EVALUATION_FORMAT
-from .._run_dir import METRICS_FILE, read_metrics, read_validation, scan_records
-from .._tuning import COMPARISON_FORMAT
+from .._evaluation._evaluate import Evaluation, EVALUATION_FORMAT
+from .._evaluation._tuning import COMPARISON_FORMAT
+from .._files._run_dir import METRICS_FILE, read_metrics, read_validation, scan_records
 from ._common import CLIError
 
 

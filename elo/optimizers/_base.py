@@ -23,7 +23,7 @@ class AbstractLearnedOptimizer(eqx.Module, Generic[_State]):
     directly or through [`elo.as_optax`][].
 
     An update is split in two stages so that an expert optimizer can share the learned
-    optimizer's gradient preprocessing (see `elo._fusion.fused_step`):
+    optimizer's gradient preprocessing (see [`elo.fused_step`][]):
 
     $$\\mathrm{update}(g, s, \\theta) = \\mathrm{update\\_preprocessed}(
     \\mathrm{preprocess\\_grads}(g), s, \\theta).$$

@@ -35,12 +35,11 @@ The study never runs in CI (hours of CPU); its report's statistics are tested in
 """
 
 import argparse
+import contextlib
 import dataclasses
 import fcntl
 import json
 import math
-import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -151,24 +150,32 @@ def log(message: str) -> None:
 
 
 def meta_train(arm: str, seed: int, args) -> Path:
-    """Run (or resume) `elo meta-train` for one arm and seed in a subprocess."""
+    """Run (or resume) one arm and seed with `elo.meta_train`, its output in a log file."""
+    import elo
+
     spec = ARMS[arm]
     out = Path(args.runs_dir) / arm / f"s{seed}"
     steps = args.meta_steps
-    argv = [sys.executable, "-m", "elo.cli", "meta-train", "--preset", spec.preset]
-    argv += ["--steps", str(steps), "--out", str(out), "--seed", str(seed), "--no-progress"]
-    argv += ["--set", f"tasks={META_TASK}", "--checkpoint-every", str(max(1, steps // 10))]
-    argv += ["--validate-every", str(max(1, steps // 10))]
-    argv += ["--validate-steps", str(args.validate_steps)]
-    for field, value in spec.overrides.items():
-        argv += ["--set", f"{field}={'none' if value is None else value}"]
+    fields = {"num_outer_steps": steps, "tasks": (META_TASK,), **spec.overrides}
+    config = elo.presets.get_preset(spec.preset, **fields)
+    every = max(1, steps // 10)
     out.parent.mkdir(parents=True, exist_ok=True)
     log_path = Path(args.runs_dir) / "logs" / f"{arm}-s{seed}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "a") as f:
-        code = subprocess.call(argv, stdout=f, stderr=subprocess.STDOUT)
-    if code != 0:
-        raise SystemExit(f"meta-training {arm} s{seed} failed ({code}); see {log_path}")
+    # One JAX device per core, as `elo meta-train --cpu-devices auto` chose (once JAX has
+    # started, it keeps what it has).
+    with contextlib.suppress(RuntimeError):
+        elo.use_cpu_cores()
+    with open(log_path, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        elo.meta_train(
+            config,
+            out,
+            seed=seed,
+            checkpoint_every=every,
+            validation=elo.ValidationSettings(every, args.validate_steps),
+            progress=False,
+            run_record={"preset": spec.preset},
+        )
     return out
 
 

@@ -6,7 +6,7 @@ Both directories are `--results-dir`s of `evaluate.py` (or their `evaluation/` f
 result file present in both is compared: whether the same values were swept and the same one
 chosen on validation, the chosen value's test loss in each and their relative difference, and
 the largest relative difference of any swept value's test loss. Each side's `environment`
-(commit, jax, platform, device kind, processor) is recorded beside it, so the comparison says
+(commit, versions, backend, device kind, CPU model) is recorded beside it, so the comparison says
 what moved between what. Writes FILE (default: results/cross_device.json) and prints one line
 per result.
 """

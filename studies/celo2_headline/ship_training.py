@@ -52,7 +52,7 @@ def command(meta: dict[str, Any], values: dict[str, Any]) -> str:
     out = (HERE.resolve() / "runs").relative_to(root) / meta["name"]
     steps = meta["config"].get("num_outer_steps", meta["overrides"].get("num_outer_steps"))
     fields = meta["overrides"] | {"num_outer_steps": steps}
-    argv = study.meta_train_argv(meta["arm"], meta["seed"], out, fields, pilot=False)[3:]
+    argv = study.meta_train_argv(meta["arm"], meta["seed"], out, fields, pilot=False)
     flags = {
         "--preset": values["preset"],
         "--checkpoint-every": values["checkpoint_every"],
@@ -62,7 +62,6 @@ def command(meta: dict[str, Any], values: dict[str, Any]) -> str:
     }
     for flag, value in flags.items():
         argv[argv.index(flag) + 1] = str(value)
-    # `python -m elo.cli` is the `elo` entry point, run with the study's interpreter.
     return shlex.join(["elo", *argv])
 
 

@@ -4,7 +4,7 @@
     python -m studies.celo2_headline.study train    # the main runs, once the pilot has decided
     python -m studies.celo2_headline.study status   # where every run stands
 
-Every run is `elo meta-train` in a subprocess, in a run directory under --runs-dir that resumes
+Every run is `elo.meta_train` in this process, in a run directory under --runs-dir that resumes
 where it stopped (checkpoints every settings.CHECKPOINT_EVERY steps). A finished run's summary,
 metrics and optimizers (final and validation-selected) go to --results-dir. Two drivers can share
 a queue (a lock per run), but on two cores one run at a time finishes sooner (README.md). Which
@@ -13,14 +13,14 @@ README.md for the protocol.
 """
 
 import argparse
+import contextlib
 import fcntl
 import json
 import math
 import shutil
 import signal
-import subprocess
-import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +45,10 @@ def run_name(arm: str, seed: int, learning_rate: float, schedule: str, pilot: bo
 
 
 def meta_train_argv(arm: str, seed: int, out: Path, fields: dict[str, Any], pilot: bool):
-    """The `elo meta-train` command of one run."""
+    """The arguments of `elo meta-train` for one run: `meta_train_run` as a command, recorded
+    with a shipped optimizer (`ship_training.command`)."""
     every = settings.PILOT_CHECK_EVERY if pilot else settings.CHECK_EVERY
-    argv = [sys.executable, "-m", "elo.cli", "meta-train", "--preset", settings.ARMS[arm].preset]
+    argv = ["meta-train", "--preset", settings.ARMS[arm].preset]
     argv += ["--steps", str(fields["num_outer_steps"]), "--seed", str(seed), "--out", str(out)]
     argv += ["--no-progress", "--checkpoint-every", str(settings.CHECKPOINT_EVERY)]
     argv += ["--validate-every", str(every), "--validate-steps", str(settings.VALIDATE_STEPS)]
@@ -58,6 +59,28 @@ def meta_train_argv(arm: str, seed: int, out: Path, fields: dict[str, Any], pilo
     return argv
 
 
+def meta_train_run(
+    arm: str, seed: int, out: Path, fields: dict[str, Any], pilot: bool
+) -> elo.MetaState:
+    """Run or resume one run with [`elo.meta_train`][] (what `meta_train_argv` says)."""
+    preset = settings.ARMS[arm].preset
+    config = elo.presets.get_preset(preset, **fields)
+    tasks = tuple(
+        elo.tasks.get_task(name, batch_size=config.batch_size, data_dir=config.data_dir)
+        for name in settings.SELECTION_TASKS
+    )
+    every = settings.PILOT_CHECK_EVERY if pilot else settings.CHECK_EVERY
+    return elo.meta_train(
+        config,
+        out,
+        seed=seed,
+        checkpoint_every=settings.CHECKPOINT_EVERY,
+        validation=elo.ValidationSettings(every, settings.VALIDATE_STEPS, tasks),
+        progress=False,
+        run_record={"preset": preset},
+    )
+
+
 def steps_done(run_dir: Path) -> int:
     """Outer steps a run directory has recorded (0 when it has none)."""
     records = elo.read_metrics(run_dir)
@@ -65,7 +88,7 @@ def steps_done(run_dir: Path) -> int:
 
 
 def run_environment(out: Path, known: int) -> dict[str, Any]:
-    """What the `elo meta-train` just run recorded in its sessions file after the `known`
+    """What the meta-training just run recorded in its sessions file after the `known`
     earlier records: `run_environment` (its own devices and versions, not the driver's) and
     `from_step`, the checkpoint it resumed from (after a hard kill the metrics, which the
     driver counts, run ahead of it). Empty when it recorded nothing."""
@@ -76,18 +99,17 @@ def run_environment(out: Path, known: int) -> dict[str, Any]:
 
 
 class StopRequest:
-    """SIGTERM or SIGINT to the driver while it runs a segment, made into an orderly stop.
+    """SIGTERM or SIGINT to the driver, made into an orderly stop.
 
-    Installed from before the run starts until its segment is recorded: the first signal is
-    passed on to the run once, as SIGTERM (it checkpoints the step it is at and exits); a
-    repeated one is not passed on, since it could interrupt that checkpoint. `signum` is the
-    first signal received, None while there is none.
+    Installed from before a run starts until its segment is recorded. While the run trains, the
+    first signal interrupts it (`elo.meta_train` checkpoints the step it is at); at any other
+    time, and when repeated, a signal is only recorded, so that it cannot cut the checkpoint or
+    the segment's record short. `signum` is the first signal received, None while there is none.
     """
 
     def __init__(self):
         self.signum: int | None = None
-        self.child: subprocess.Popen | None = None
-        self._forwarded = False
+        self.running = False
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> "StopRequest":
@@ -100,28 +122,33 @@ class StopRequest:
             signal.signal(signum, handler)
 
     def _handle(self, signum, frame) -> None:
+        first = self.signum is None
         self.signum = self.signum or signum
-        self.forward()
-
-    def forward(self) -> None:
-        """Pass a received stop on to the run, once."""
-        if self.signum is not None and self.child is not None and not self._forwarded:
-            self._forwarded = True
-            self.child.send_signal(signal.SIGTERM)
+        if first and self.running:
+            raise KeyboardInterrupt
 
 
-def run_meta_train(argv: list[str], log_path: Path, stop: StopRequest) -> int:
-    """Run `elo meta-train` with its output appended to `log_path`; its exit code.
-
-    The run gets a session of its own, so that a terminal's Ctrl-C reaches only the driver,
-    which passes it on once (`StopRequest`).
-    """
-    with open(log_path, "a") as f:
-        stop.child = subprocess.Popen(
-            argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        stop.forward()  # a stop that came while the run was starting
-        return stop.child.wait()
+def run_meta_train(
+    arm: str, seed: int, out: Path, fields: dict[str, Any], pilot: bool, log_path: Path, stop
+) -> int:
+    """Run `meta_train_run` in this process with its output appended to `log_path`; an exit
+    code as `elo meta-train` would give: 0 done, 130 stopped, 1 failed (the traceback is in the
+    log)."""
+    with open(log_path, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        if stop.signum is not None:  # a stop that came before the run started
+            return 130
+        stop.running = True
+        try:
+            meta_train_run(arm, seed, out, fields, pilot)
+            return 0
+        except KeyboardInterrupt:
+            return 130
+        except Exception:  # noqa: BLE001 (the driver goes on with the next run, as before)
+            traceback.print_exc()
+            return 1
+        finally:
+            stop.running = False
+            f.flush()
 
 
 def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: bool, args) -> bool:
@@ -146,8 +173,7 @@ def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: boo
             started = time.time()
             known_sessions = len(elo.read_sessions(out))
             with StopRequest() as stop:
-                argv = meta_train_argv(arm, seed, out, fields, pilot)
-                code = run_meta_train(argv, log_path, stop)
+                code = run_meta_train(arm, seed, out, fields, pilot, log_path, stop)
                 segment = {
                     "environment": common.environment(),
                     "from_step": start,
@@ -163,7 +189,7 @@ def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: boo
                 log(f"{name}: stopped at step {segment['to_step']}; the same command resumes it")
                 raise SystemExit(128 + stop.signum)
             if code != 0:
-                log(f"{name}: elo meta-train exited with {code} at step {segment['to_step']}")
+                log(f"{name}: meta-training exited with {code} at step {segment['to_step']}")
                 return True
         summarise(name, out, results, arm, seed, fields)
         log(f"{name}: done")
@@ -358,6 +384,9 @@ def main() -> None:
         status(args)
         return
     check_settings(Path(args.results_dir))
+    # One JAX device per core, as `elo meta-train --cpu-devices auto` chose for each run.
+    with contextlib.suppress(RuntimeError):
+        elo.use_cpu_cores()
     {"pilot": run_pilot, "train": run_main}[args.command](args)
 
 

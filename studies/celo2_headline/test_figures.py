@@ -39,7 +39,7 @@ def test_the_figures_are_drawn_from_the_summary_and_recorded(tmp_path):
     record = json.loads((tmp_path / "figures" / "figures.json").read_text())
     assert record["figures"] == names
     assert record["summary_status"] == "complete: 378 of 378 results present"
-    assert {"commit", "jax", "devices"} <= set(record["environment"])
+    assert {"commit", "jax", "device_count"} <= set(record["environment"])
     assert list(figures.finished_runs(tmp_path)) == [
         "pes_celo2/s0",
         "elo_celo2/s0",

@@ -179,7 +179,7 @@ def test_the_command_is_the_one_study_py_runs(tmp_path, weights):
     assert words[:2] == ["elo", "meta-train"]
     fields = _meta("pes_celo2", 0, 1.0)["overrides"]
     out = Path("studies/celo2_headline/runs/main/pes_celo2/s0")
-    assert words[1:] == study.meta_train_argv("pes_celo2", 0, out, fields, pilot=False)[3:]
+    assert words[1:] == study.meta_train_argv("pes_celo2", 0, out, fields, pilot=False)
     assert "meta_learning_rate=0.01" in words and words[words.index("--seed") + 1] == "0"
 
 

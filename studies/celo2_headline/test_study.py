@@ -55,6 +55,25 @@ def test_meta_train_command_parses_and_carries_every_override(tmp_path):
     assert argv[argv.index("--steps") + 1] == "40" and argv[argv.index("--seed") + 1] == "3"
 
 
+def test_the_run_in_process_is_the_command_it_records(tmp_path, monkeypatch):
+    """`meta_train_run` calls `elo.meta_train` with what `meta_train_argv` records."""
+    fields = settings.preset_overrides("elo_celo2", 1e-3, "reference_5_50", 40)
+    calls = []
+    monkeypatch.setattr(elo, "meta_train", lambda *args, **kwargs: calls.append((args, kwargs)))
+    study.meta_train_run("elo_celo2", 3, tmp_path / "run", fields, pilot=True)
+    ((config, out), kwargs), *_ = calls
+    argv = study.meta_train_argv("elo_celo2", 3, tmp_path / "run", fields, pilot=True)
+    value = {flag: argv[argv.index(flag) + 1] for flag in argv if flag.startswith("--")}
+    assert config == elo.presets.get_preset(value["--preset"], **fields)
+    assert str(out) == value["--out"] and str(kwargs["seed"]) == value["--seed"]
+    assert str(kwargs["checkpoint_every"]) == value["--checkpoint-every"]
+    validation = kwargs["validation"]
+    assert str(validation.every) == value["--validate-every"]
+    assert str(validation.num_steps) == value["--validate-steps"]
+    tasks = ",".join(elo.tasks.task_label(t).split("@")[0] for t in validation.tasks)
+    assert tasks == value["--validate-task"] and kwargs["progress"] is False
+
+
 def test_choose_takes_the_lowest_finite_score_and_breaks_ties_by_order():
     assert study.choose({1e-4: 0.5, 3e-4: 0.4, 1e-3: math.nan}) == 3e-4
     assert study.choose({1e-4: 0.4, 3e-4: 0.4, 1e-3: None}) == 1e-4
@@ -173,34 +192,32 @@ def test_task_restricts_baselines_and_horizon_to_that_tasks_cells(tmp_path, monk
     assert not (tmp_path / "evaluation").exists()  # refused before anything was written
 
 
-# A stand-in for `elo meta-train`: records 3 outer steps, then waits; SIGTERM makes it exit 130.
+# A stand-in for `elo.meta_train`: records 3 outer steps, then waits until it is stopped.
 FAKE_META_TRAIN = """
-import json, signal, sys, time
-from pathlib import Path
-out = Path(sys.argv[1])
-out.mkdir(parents=True, exist_ok=True)
-lines = [json.dumps({"step": t, "seconds": 0.0, "meta_loss": 1.0}) for t in (1, 2, 3)]
-(out / "metrics.jsonl").write_text("\\n".join(lines) + "\\n")
-session = {"from_step": 2, "options": {}, "environment": {"device_count": 2}}
-with open(out / "sessions.jsonl", "a") as f:  # resumed from its checkpoint at step 2
-    f.write(json.dumps(session) + "\\n")
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
-(out / "started").touch()
-time.sleep(60)
+def fake(arm, seed, out, fields, pilot):
+    import json, time
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"step": t, "seconds": 0.0, "meta_loss": 1.0}) for t in (1, 2, 3)]
+    (out / "metrics.jsonl").write_text("\\n".join(lines) + "\\n")
+    session = {"from_step": 2, "options": {}, "environment": {"device_count": 2}}
+    with open(out / "sessions.jsonl", "a") as f:  # resumed from its checkpoint at step 2
+        f.write(json.dumps(session) + "\\n")
+    (out / "started").touch()
+    time.sleep(60)
 """
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stopped_driver_records_the_segment_and_starts_no_other_run(tmp_path, signum):
-    """SIGTERM (or a terminal's Ctrl-C) to a driver reaches its meta-train run once, which
-    checkpoints and exits; the driver records the run's segment and exits with 128 + the
+    """SIGTERM (or a terminal's Ctrl-C) to a driver interrupts its meta-training run once, which
+    checkpoints and stops; the driver records the run's segment and exits with 128 + the
     signal's number instead of starting the next run."""
     runs, results = tmp_path / "runs", tmp_path / "results"
     driver = f"""
 import argparse, sys
 from studies.celo2_headline import study
-fake = {FAKE_META_TRAIN!r}
-study.meta_train_argv = lambda arm, seed, out, *_: [sys.executable, "-c", fake, str(out)]
+{FAKE_META_TRAIN}
+study.meta_train_run = fake
 args = argparse.Namespace(runs_dir={str(runs)!r}, results_dir={str(results)!r})
 fields = {{"num_outer_steps": 10}}
 for seed in (0, 1):
@@ -589,6 +606,8 @@ def test_tuning_twins_separately_gives_equal_results_so_one_tuning_serves_both(t
         evaluate.tune_cached(path, lo, "regression-mlp-w64-d2_teacher16", 4)
     pes, elo_ = (common.load_json(p) for p in paths)
     assert pes.pop("seconds") > 0 and elo_.pop("seconds") > 0
+    for result in (pes, elo_):  # the machine's load when each was written (elo.environment)
+        result["environment"].pop("load_average")
     assert pes == elo_  # bitwise: every sweep value's losses, the choice, the test loss
 
 

@@ -21,7 +21,7 @@ import time
 import jax
 
 import elo
-from studies.common import cpu_model, git_commit
+from studies.common import git_commit
 
 
 TASK = "transformer-w32-d2-h2_shakespeare-ctx32"
@@ -64,7 +64,7 @@ def main() -> None:
         "task": TASK,
         "steps": args.steps,
         "commit": git_commit(),
-        "cpu": cpu_model(),
+        "cpu": elo.environment()["cpu_model"],
         "cpu_count": os.cpu_count(),
         "jax": jax.__version__,
         "devices": [str(d) for d in jax.devices()],

@@ -1,0 +1,1 @@
+"""The learned optimizer alone: evaluation, tuned baselines, meta-validation."""

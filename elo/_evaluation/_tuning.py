@@ -1,0 +1,573 @@
+"""Tuned baselines: learning rates swept with warmup and cosine decay, chosen on validation."""
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.typing import ArrayLike
+from jaxtyping import Array
+
+from .._checks import is_int_at_least
+from .._custom_types import Scalar, ScalarLike
+from ..optimizers._base import AbstractLearnedOptimizer
+from ..tasks import AbstractTask
+from ._evaluate import (
+    _check_run_args,
+    _finite_or_none,
+    _Learned,
+    _resolve_task,
+    _result,
+    _seed_keys,
+    _train,
+    Evaluation,
+    log_grid,
+    selection_score,
+)
+
+
+WARMUP_FRACTION = 0.05
+"""The share of the run spent warming up the learning rate (see [`elo.warmup_cosine`][])."""
+
+
+def warmup_cosine(
+    learning_rate: ScalarLike, num_steps: int, *, warmup_fraction: float = WARMUP_FRACTION
+) -> optax.Schedule:
+    """A learning-rate schedule: linear warmup, then cosine decay to zero.
+
+    With $W = \\lfloor f T \\rfloor$ warmup steps out of $T$, the learning rate of update
+    $t = 0, 1, \\dots$ is $\\eta (t + 1) / W$ for $t < W$ (no update at a zero rate), then
+    $\\eta \\cdot \\tfrac12 \\bigl(1 + \\cos \\tfrac{\\pi (t - W)}{T - W}\\bigr)$, and 0 from
+    $t = T$ on. `learning_rate` may be traced, so one compiled program sweeps it.
+
+    **Arguments:**
+
+    - `learning_rate`: the peak rate $\\eta$.
+    - `num_steps`: the run length $T$ (positive).
+    - `warmup_fraction`: $f \\in [0, 1)$.
+
+    **Returns:**
+
+    An optax schedule: a function of the update count.
+    """
+    if not is_int_at_least(num_steps, 1):
+        raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}.")
+    if not (0 <= warmup_fraction < 1):
+        raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction!r}.")
+    warmup = int(warmup_fraction * num_steps)
+
+    def schedule(count: ArrayLike) -> Array:
+        t = jnp.asarray(count, jnp.float32)
+        ramp = (t + 1) / max(warmup, 1)
+        decay = 0.5 * (1 + jnp.cos(jnp.pi * (t - warmup) / (num_steps - warmup)))
+        factor = jnp.where(t < warmup, ramp, jnp.where(t < num_steps, decay, 0.0))
+        return jnp.asarray(learning_rate, jnp.float32) * factor
+
+    return schedule
+
+
+def _adamw(schedule: optax.Schedule) -> optax.GradientTransformation:
+    return optax.adamw(schedule)
+
+
+def _muon(schedule: optax.Schedule) -> optax.GradientTransformation:
+    return optax.contrib.muon(schedule)
+
+
+def _sgd(schedule: optax.Schedule) -> optax.GradientTransformation:
+    return optax.sgd(schedule, momentum=0.9)
+
+
+TUNED_BASELINES: dict[str, Callable[[optax.Schedule], optax.GradientTransformation]] = {
+    "adamw": _adamw,
+    "muon": _muon,
+    "sgd": _sgd,
+}
+"""The tuned baselines by name, each a function of a learning-rate schedule:
+`optax.adamw` (weight decay $10^{-4}$), `optax.contrib.muon` (Newton–Schulz on matrices, Adam on
+the rest) and `optax.sgd` with momentum 0.9."""
+
+SWEEP_RANGES: dict[str, tuple[float, float]] = {
+    "adamw": (1e-4, 1e-1),
+    "muon": (1e-3, 1.0),
+    "sgd": (1e-3, 1.0),
+    "learned": (0.1, 10.0),
+}
+"""The default sweep of each tuned baseline's peak learning rate (three decades), and of a
+learned optimizer's `learning_rate` multiplier (`"learned"`, two decades around its default 1),
+log-spaced (see [`elo.log_grid`][])."""
+
+REFERENCE = "adamw"
+COMPARISON_FORMAT = "elo-comparison"
+
+
+class _Scheduled(eqx.Module):
+    name: str = eqx.field(static=True)
+    num_steps: int = eqx.field(static=True)
+
+    def __call__(self, learning_rate: Scalar) -> optax.GradientTransformation:
+        return TUNED_BASELINES[self.name](warmup_cosine(learning_rate, self.num_steps))
+
+
+class Tuned(eqx.Module):
+    """An optimizer tuned on a task: one run per swept value, the chosen one selected on the
+    validation split. The result of [`elo.tune`][] (one per optimizer: [`elo.tune_many`][]).
+
+    **Attributes:**
+
+    - `name`: the optimizer's label.
+    - `hyperparameter`: `"learning_rate"` (the peak of a tuned baseline's warmup + cosine
+      schedule) or `"learning_rate_multiplier"` (a learned optimizer's, see
+      [`elo.as_optax`][]).
+    - `values`: the swept values, in grid order.
+    - `sweep`: one [`elo.Evaluation`][] per value.
+    - `selected`: the index of the chosen value: the lowest final validation loss (mean over
+      seeds) among the values that did not diverge ([`elo.Evaluation.diverged`][]); 0 when
+      every value diverged.
+    """
+
+    name: str
+    hyperparameter: str
+    values: tuple[float, ...]
+    sweep: tuple[Evaluation, ...]
+    selected: int
+
+    @property
+    def best(self) -> Evaluation:
+        """The chosen value's evaluation."""
+        return self.sweep[self.selected]
+
+    @property
+    def value(self) -> float:
+        """The chosen value."""
+        return self.values[self.selected]
+
+    @property
+    def diverged(self) -> tuple[bool, ...]:
+        """Whether the run of each value diverged."""
+        return tuple(r.diverged() for r in self.sweep)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable summary: the sweep (value, validation score, divergence, final
+        and best values of each run) and the chosen run's full evaluation."""
+        sweep = []
+        for value, result in zip(self.values, self.sweep):
+            summary = result.to_dict()
+            sweep.append(
+                {
+                    "value": value,
+                    "score": _finite_or_none(selection_score(result, "validation_loss")),
+                    "diverged": summary["diverged"],
+                    "final": summary["final"],
+                    "best": summary["best"],
+                }
+            )
+        return {
+            "name": self.name,
+            "hyperparameter": self.hyperparameter,
+            "schedule": "warmup_cosine" if self.hyperparameter == "learning_rate" else None,
+            "values": list(self.values),
+            "selected_value": self.value,
+            "final_test_loss": _finite_or_none(self.best.final("test_loss")[0]),
+            "best_test_loss": _finite_or_none(self.best.best("test_loss")[0]),
+            "diverged": list(self.diverged),
+            "sweep": sweep,
+            "evaluation": self.best.to_dict(),
+        }
+
+
+def _grid_values(values: Any, num_values: Any, grid: str) -> list[float]:
+    """The swept values: `values` checked, else `num_values` log-spaced over the grid's range."""
+    if values is None:
+        if not is_int_at_least(num_values, 1):
+            raise ValueError(f"num_values must be a positive integer, got {num_values!r}.")
+        values = log_grid(*SWEEP_RANGES[grid], num_values)
+    return _check_values(values, "values")
+
+
+def _labels(optimizers: Sequence[Any], names: Sequence[str] | None) -> list[str]:
+    """One label per optimizer: `names`, else a baseline's name or the optimizer's class."""
+    if names is None:
+        return [o if isinstance(o, str) else type(o).__name__ for o in optimizers]
+    labels = list(names)
+    if len(labels) != len(optimizers):
+        raise ValueError(
+            f"names has {len(labels)} labels for {len(optimizers)} optimizers; give one each."
+        )
+    return labels
+
+
+def _check_values(values: Any, field: str) -> list[float]:
+    try:
+        floats = [float(v) for v in values]
+    except (TypeError, ValueError):
+        floats = []
+    if not floats or not all(math.isfinite(v) and v > 0 for v in floats):
+        raise ValueError(
+            f"{field} must be a non-empty list of positive numbers, got {values!r}; pass e.g. "
+            "elo.log_grid(1e-4, 1e-1, 7)."
+        )
+    return floats
+
+
+def tune(
+    optimizer: AbstractLearnedOptimizer | str,
+    task: AbstractTask | str,
+    *,
+    num_steps: int,
+    num_values: int = 7,
+    values: Sequence[float] | None = None,
+    seeds: int | Sequence[int] = 1,
+    eval_every: int | None = None,
+    name: str | None = None,
+    batch_size: int = 64,
+    data_dir: str | os.PathLike | None = None,
+) -> Tuned:
+    """Tune an optimizer's step size on a task, choosing on the validation split.
+
+    A tuned baseline (`"adamw"`, `"muon"`, `"sgd"`, see `elo.TUNED_BASELINES`) runs with
+    [`elo.warmup_cosine`][] over `num_steps` and its peak learning rate is swept; a learned
+    optimizer runs as `elo.as_optax(lo, num_steps=num_steps)` and its `learning_rate`
+    multiplier is swept. Every value and seed trains in one compiled program (`jax.vmap` over
+    both). The chosen value has the lowest final **validation** loss (mean over seeds) among
+    those that did not diverge; the test split is never looked at, so the chosen run's test
+    numbers stay held out.
+
+    **Arguments:**
+
+    - `optimizer`: a tuned baseline's name or a learned optimizer.
+    - `task`: a task or its name.
+    - `num_steps`: the number of training steps.
+    - `num_values`: the size of the default grid: log-spaced over `elo.SWEEP_RANGES` (peak
+      learning rates $10^{-4}$ to $10^{-1}$ for AdamW, $10^{-3}$ to 1 for Muon and SGD;
+      multipliers 0.1 to 10 for a learned optimizer).
+    - `values`: the grid itself, instead.
+    - `seeds`, `eval_every`, `batch_size`, `data_dir`: as for [`elo.evaluate`][].
+    - `name`: a label (default: the baseline's name or the learned optimizer's class).
+
+    **Returns:**
+
+    A [`elo.Tuned`][].
+
+    !!! example
+
+        ```python
+        adamw = elo.tune("adamw", "mlp-w128-d3_fashionmnist-8x8x1", num_steps=1000, seeds=3)
+        print(adamw.value, adamw.best.final("test_loss"))
+        ```
+    """
+    eval_every, seed_values = _check_run_args(num_steps, eval_every, seeds)
+    if isinstance(optimizer, AbstractLearnedOptimizer):
+        make, grid = _Learned(optimizer, num_steps), "learned"
+        hyperparameter, label = "learning_rate_multiplier", type(optimizer).__name__
+    elif isinstance(optimizer, str) and optimizer in TUNED_BASELINES:
+        make, grid = _Scheduled(optimizer, num_steps), optimizer
+        hyperparameter, label = "learning_rate", optimizer
+    else:
+        raise ValueError(
+            f"Cannot tune {optimizer!r}: pass a learned optimizer or one of "
+            f"{', '.join(TUNED_BASELINES)}."
+        )
+    grid_values = _grid_values(values, num_values, grid)
+    task = _resolve_task(task, batch_size, data_dir)
+    losses, measured = _train(
+        task,
+        make,
+        jnp.asarray(grid_values, jnp.float32),
+        _seed_keys(seed_values),
+        num_steps,
+        eval_every,
+        True,
+    )
+    label = label if name is None else name
+    run = (task, num_steps, eval_every, seed_values)
+    return _tuned(label, hyperparameter, grid_values, run, losses, measured)
+
+
+def _tuned(
+    label: str,
+    hyperparameter: str,
+    grid_values: list[float],
+    run: tuple[AbstractTask, int, int, tuple[int, ...]],
+    losses: Any,
+    measured: Any,
+) -> Tuned:
+    """A `Tuned` from the swept runs' curves (leading axis: the values), chosen on validation."""
+    task, num_steps, eval_every, seed_values = run
+    losses, measured = jax.device_get((losses, measured))
+    rate = hyperparameter == "learning_rate"
+    sweep = tuple(
+        _result(
+            label,
+            task,
+            num_steps,
+            eval_every,
+            seed_values,
+            v if rate else None,
+            losses[i],
+            measured[i],
+        )
+        for i, v in enumerate(grid_values)
+    )
+    scores = [math.inf if r.diverged() else selection_score(r, "validation_loss") for r in sweep]
+    return Tuned(
+        name=label,
+        hyperparameter=hyperparameter,
+        values=tuple(grid_values),
+        sweep=sweep,
+        selected=int(np.argmin(scores)),
+    )
+
+
+def tune_many(
+    optimizers: Sequence[AbstractLearnedOptimizer],
+    task: AbstractTask | str,
+    *,
+    num_steps: int,
+    num_values: int = 7,
+    values: Sequence[float] | None = None,
+    seeds: int | Sequence[int] = 1,
+    eval_every: int | None = None,
+    names: Sequence[str] | None = None,
+    batch_size: int = 64,
+    data_dir: str | os.PathLike | None = None,
+) -> tuple[Tuned, ...]:
+    """Tune several learned optimizers of one architecture on a task in one compiled program.
+
+    The same as [`elo.tune`][] on each optimizer in turn (the same grid, seeds and choice on
+    the validation split; equal up to float rounding), but the optimizers' weights are stacked
+    and `jax.vmap`ped over alongside the values and seeds, so an accelerator trains
+    `len(optimizers) * len(values) * seeds` runs at once where `elo.tune` would leave it mostly
+    idle. (Compilation is shared either way: `elo.tune` on checkpoints of one architecture
+    reuses its compiled program.) On a CPU, whose cores the vmapped values and seeds already
+    keep busy, expect little gain; every optimizer's runs are held in memory together.
+
+    **Arguments:**
+
+    - `optimizers`: learned optimizers that differ only in their weights: the same class, the
+      same hyperparameters and the same array shapes (e.g. checkpoints of meta-training runs
+      of one preset).
+    - `task`, `num_steps`, `num_values`, `values`, `seeds`, `eval_every`, `batch_size`,
+      `data_dir`: as for [`elo.tune`][].
+    - `names`: labels, one per optimizer (default: the class name).
+
+    **Returns:**
+
+    One [`elo.Tuned`][] per optimizer, in order.
+
+    !!! example
+
+        ```python
+        los = [elo.load_optimizer(f"runs/s{seed}") for seed in range(3)]
+        tuned = elo.tune_many(los, "mlp-w128-d3_fashionmnist-8x8x1", num_steps=1000, seeds=3)
+        print([t.value for t in tuned])
+        ```
+    """
+    eval_every, seed_values = _check_run_args(num_steps, eval_every, seeds)
+    optimizers = list(optimizers)
+    stacked, skeleton = _stack_optimizers(optimizers)
+    labels = _labels(optimizers, names)
+    grid_values = _grid_values(values, num_values, "learned")
+    task = _resolve_task(task, batch_size, data_dir)
+    losses, measured = _train_stacked(
+        task,
+        stacked,
+        skeleton,
+        jnp.asarray(grid_values, jnp.float32),
+        _seed_keys(seed_values),
+        num_steps,
+        eval_every,
+    )
+    losses, measured = jax.device_get((losses, measured))  # one transfer for every optimizer
+    run = (task, num_steps, eval_every, seed_values)
+    return tuple(
+        _tuned(label, "learning_rate_multiplier", grid_values, run, losses[i], measured[i])
+        for i, label in enumerate(labels)
+    )
+
+
+def _stack_optimizers(
+    optimizers: list[AbstractLearnedOptimizer],
+) -> tuple[AbstractLearnedOptimizer, AbstractLearnedOptimizer]:
+    """(the optimizers' arrays stacked on a new leading axis, the rest of them), refusing
+    optimizers that differ in anything but their weights."""
+    if not optimizers:
+        raise ValueError("tune_many takes a non-empty list of learned optimizers, got none.")
+    for i, o in enumerate(optimizers):
+        if not isinstance(o, AbstractLearnedOptimizer):
+            raise ValueError(
+                f"tune_many takes a non-empty list of learned optimizers; optimizers[{i}] is a "
+                f"{type(o).__name__}. Tune a baseline by name with elo.tune."
+            )
+    parts = [eqx.partition(o, eqx.is_array) for o in optimizers]
+    first_arrays, skeleton = parts[0]
+    shapes = [(x.shape, x.dtype) for x in jax.tree.leaves(first_arrays)]
+    for i, (arrays, rest) in enumerate(parts[1:], start=1):
+        same = jax.tree.structure(arrays) == jax.tree.structure(first_arrays) and shapes == [
+            (x.shape, x.dtype) for x in jax.tree.leaves(arrays)
+        ]
+        if not (same and eqx.tree_equal(rest, skeleton)):
+            raise ValueError(
+                f"optimizers[{i}] ({type(optimizers[i]).__name__}) differs from optimizers[0] "
+                f"({type(optimizers[0]).__name__}) in more than its weights (class, "
+                "hyperparameters or shapes); tune_many needs one architecture: call it once per "
+                "architecture, or use elo.tune."
+            )
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *(arrays for arrays, _ in parts))
+    return stacked, skeleton
+
+
+@eqx.filter_jit
+def _train_stacked(
+    task: AbstractTask,
+    stacked: AbstractLearnedOptimizer,
+    skeleton: AbstractLearnedOptimizer,
+    values: Array,
+    keys: Any,
+    num_steps: int,
+    eval_every: int,
+):
+    def one(arrays):
+        make = _Learned(eqx.combine(arrays, skeleton), num_steps)
+        return _train(task, make, values, keys, num_steps, eval_every, True)
+
+    return jax.vmap(one)(stacked)
+
+
+def steps_to_target(result: Evaluation, target: float) -> int | None:
+    """The first evaluation point at which the test loss (mean over seeds) is at most `target`.
+
+    **Arguments:**
+
+    - `result`: an evaluation.
+    - `target`: a test loss.
+
+    **Returns:**
+
+    A step of `result.steps`, or `None` if the run never gets there (or `target` is not finite).
+    The resolution is the evaluation interval.
+    """
+    if not math.isfinite(target):
+        return None
+    mean = np.mean(np.asarray(result.test_loss, np.float64), axis=0)
+    reached = np.flatnonzero(np.isfinite(mean) & (mean <= target))
+    return int(result.steps[reached[0]]) if reached.size else None
+
+
+class Comparison(eqx.Module):
+    """Optimizers tuned on one task and compared with tuned AdamW. The result of
+    [`elo.compare`][].
+
+    **Attributes:**
+
+    - `task`: the task's name.
+    - `tuned`: one [`elo.Tuned`][] per optimizer, tuned AdamW first.
+    - `target_loss`: tuned AdamW's final test loss (mean over seeds).
+    - `steps_to_target`: for each optimizer, the steps its chosen run needs to reach
+      `target_loss` ([`elo.steps_to_target`][]; `None` when it never does).
+    """
+
+    task: str
+    tuned: tuple[Tuned, ...]
+    target_loss: float
+    steps_to_target: tuple[int | None, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict: the settings, the target, and each optimizer's
+        [`elo.Tuned.to_dict`][] with its steps to the target."""
+        first = self.tuned[0].best
+        return {
+            "task": self.task,
+            "num_steps": first.num_steps,
+            "eval_every": first.eval_every,
+            "seeds": list(first.seeds),
+            "select": "validation_loss",
+            "reference": self.tuned[0].name,
+            "target_test_loss": _finite_or_none(self.target_loss),
+            "optimizers": [
+                {**t.to_dict(), "steps_to_target": s}
+                for t, s in zip(self.tuned, self.steps_to_target)
+            ],
+        }
+
+
+def compare(
+    optimizers: Sequence[AbstractLearnedOptimizer | str],
+    task: AbstractTask | str,
+    *,
+    num_steps: int,
+    num_values: int = 7,
+    seeds: int | Sequence[int] = 1,
+    eval_every: int | None = None,
+    names: Sequence[str] | None = None,
+    batch_size: int = 64,
+    data_dir: str | os.PathLike | None = None,
+) -> Comparison:
+    """Tune several optimizers on a task ([`elo.tune`][]) and measure each against tuned AdamW.
+
+    AdamW is always tuned (added first when not given): its chosen run's final test loss is the
+    target, and every optimizer is credited with the steps its own chosen run needs to reach
+    it. Every choice is made on the validation split.
+
+    **Arguments:**
+
+    - `optimizers`: tuned baselines' names and learned optimizers.
+    - `task`: a task or its name.
+    - `num_steps`, `num_values`, `seeds`, `eval_every`, `batch_size`, `data_dir`: as for
+      [`elo.tune`][].
+    - `names`: labels, one per optimizer (default: the baseline's name or the learned
+      optimizer's class); they must be distinct.
+
+    **Returns:**
+
+    A [`elo.Comparison`][].
+
+    !!! example
+
+        ```python
+        result = elo.compare([lo, "muon", "sgd"], "mlp-w128-d3_fashionmnist-8x8x1", num_steps=1000)
+        print(dict(zip([t.name for t in result.tuned], result.steps_to_target)))
+        ```
+    """
+    optimizers = list(optimizers)
+    labels = _labels(optimizers, names)
+    for o in optimizers:
+        if not (isinstance(o, AbstractLearnedOptimizer) or o in TUNED_BASELINES):
+            raise ValueError(
+                f"Cannot tune {o!r}: pass learned optimizers or names among "
+                f"{', '.join(TUNED_BASELINES)}."
+            )
+    where = [i for i, o in enumerate(optimizers) if isinstance(o, str) and o == REFERENCE]
+    if where:
+        optimizers.insert(0, optimizers.pop(where[0]))
+        labels.insert(0, labels.pop(where[0]))
+    else:
+        optimizers.insert(0, REFERENCE)
+        labels.insert(0, REFERENCE)
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"The optimizers' names must be distinct, got {labels}; pass names=.")
+    task = _resolve_task(task, batch_size, data_dir)
+    tuned = tuple(
+        tune(
+            o,
+            task,
+            num_steps=num_steps,
+            num_values=num_values,
+            seeds=seeds,
+            eval_every=eval_every,
+            name=n,
+        )
+        for o, n in zip(optimizers, labels)
+    )
+    target = tuned[0].best.final("test_loss")[0]
+    return Comparison(
+        task=task.name,
+        tuned=tuned,
+        target_loss=target,
+        steps_to_target=tuple(steps_to_target(t.best, target) for t in tuned),
+    )

@@ -1,0 +1,1 @@
+"""The inner loop and ELO's policies: particles, the resume buffer, horizons, supervision."""

@@ -1,0 +1,1 @@
+"""A resumable meta-training run in a directory: `elo.meta_train`."""

@@ -1,0 +1,396 @@
+"""`meta_train`: a resumable, locked, checkpointed meta-training run in a directory."""
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.random as jr
+
+from .._config import MetaConfig
+from .._files._checkpoint import load, save
+from .._files._framing import atomic_write, CheckpointError, remove_stale_temporaries
+from .._files._optimizer_file import load_optimizer, optimizer_spec
+from .._files._run_dir import (
+    BEST_OPTIMIZER,
+    CONFIG_FILE,
+    METRICS_FILE,
+    RUN_CHECKPOINT,
+    RunDirError,
+)
+from .._outer._build import build_meta_optimizer, config_with_tasks
+from .._outer._meta_step import meta_step
+from .._outer._state import init, MetaState
+from .._runtime._mesh import particle_mesh, place
+from ..tasks import AbstractTask
+from ._lock import check_run_dir, locked, replace_earlier_start
+from ._metrics_file import clean_record, read_validation, repair_metrics
+from ._sessions import record_session
+from ._validator import validation_tasks, ValidationSettings, Validator
+from ._watchdog import StepWatchdog
+
+
+# JAX makes a key from the low 32 bits of a seed: seeds that differ above them share a key.
+MAX_SEED = 2**32 - 1
+
+
+def meta_train(
+    config: MetaConfig,
+    out: str | Path,
+    *,
+    seed: int,
+    checkpoint_every: int,
+    validation: ValidationSettings | None = None,
+    init_from: str | Path | None = None,
+    progress: bool = True,
+    tasks: Sequence[AbstractTask] | None = None,
+    step_timeout: float | None = None,
+    run_record: Mapping[str, Any] | None = None,
+    session_options: Mapping[str, Any] | None = None,
+) -> MetaState:
+    """Meta-train a learned optimizer in a run directory that can be resumed.
+
+    This is `elo meta-train` as a function: it runs [`elo.init`][] and then
+    `config.num_outer_steps` calls of [`elo.meta_step`][] (outer step `t` with key
+    `fold_in(k, t)`, where `init_key, k = split(key(seed))`), and keeps the run in `out`:
+
+    - `config.json`: the seed, `init_from` and the full `MetaConfig`;
+    - `metrics.jsonl`: one record per outer step ([`elo.read_metrics`][]), and the validation
+      records ([`elo.read_validation`][]);
+    - `checkpoint.eqx`: the `MetaState`, written atomically every `checkpoint_every` steps and
+      at the end;
+    - `sessions.jsonl`: one record per start or resume, with [`elo.environment`][]
+      ([`elo.read_sessions`][]);
+    - `best_optimizer.eqx`: with `validation`, the best-scoring learned optimizer so far.
+
+    Calling it again with the same arguments resumes from the last checkpoint and reproduces the
+    uninterrupted run exactly; a run killed at any moment loses at most `checkpoint_every`
+    steps. Ctrl-C or SIGTERM finishes the step in flight, saves a checkpoint and raises
+    `KeyboardInterrupt` (a SIGTERM handler that the caller installed is left in place: raising
+    `KeyboardInterrupt` from it stops the run the same way). One process at a time may use
+    `out` (a lock). A run cannot be extended (`num_outer_steps` shapes the schedules): start a
+    new one with `init_from`.
+
+    With several JAX processes ([`elo.distributed.initialize`][]) every process calls it alike
+    and process 0 writes; `out` must then be on a shared filesystem.
+
+    **Arguments:**
+
+    - `config`: the run's configuration; it runs `config.num_outer_steps` outer steps.
+    - `out`: the run directory; created if missing, resumed if it holds this run.
+    - `seed`: the run's seed, from 0 to $2^{32} - 1$.
+    - `checkpoint_every`: outer steps between checkpoints.
+    - `validation`: score the learned optimizer alone during the run (see
+      [`elo.ValidationSettings`][]); None: never.
+    - `init_from`: start the learned optimizer from the weights of this run directory,
+      checkpoint or exported optimizer instead of random ones (everything else starts afresh).
+    - `progress`: show a progress bar on stderr.
+    - `tasks`: task objects to meta-train on instead of `config.tasks`; `config.json` records
+      each as `name@fingerprint`, and the run resumes only with tasks of the same fingerprints.
+    - `step_timeout`: seconds an outer step may take before the process exits with status 75
+      ([`elo.distributed.StepWatchdog`][]); None: no bound.
+    - `run_record`: more JSON fields for `config.json` (the CLI records `preset` and `task`).
+    - `session_options`: what `sessions.jsonl` records as this start's options (default: this
+      call's scalar arguments).
+
+    **Returns:**
+
+    The `MetaState` after the last outer step (of a run that was already complete: its
+    checkpoint).
+
+    **Raises:**
+
+    [`elo.RunDirError`][] when `out` is in use by another run or holds another run (the message
+    says what to do); `ValueError` for invalid arguments.
+
+    !!! example
+        ```python
+        import elo
+
+        config = elo.presets.elo_small_fc_cpu(num_outer_steps=200)
+        state = elo.meta_train(config, "runs/elo", seed=0, checkpoint_every=50)
+        elo.save_optimizer("small_fc.eqx", state.learned_optimizer)
+        ```
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed = {seed!r} is invalid: it must be an integer from 0 to {MAX_SEED}.")
+    every = checkpoint_every
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"checkpoint_every = {every!r} is invalid: it must be a positive integer.")
+    if validation is not None and jax.process_count() > 1:
+        raise ValueError(
+            "validation does not combine with several processes; validate the run's "
+            "checkpoints afterwards with elo.validate."
+        )
+    out = Path(out)
+    if tasks is not None:
+        tasks = list(tasks)
+        config = config_with_tasks(config, tasks)
+    if validation is not None:
+        chosen = validation_tasks(validation, config, tasks)
+        validation = ValidationSettings(validation.every, validation.num_steps, chosen)
+    source = _init_from_path(init_from, out)
+    record: dict[str, Any] = dict(run_record or {})
+    record |= {"seed": seed, "config": config.to_dict()}
+    if source is not None:
+        record["init_from"] = str(source)
+    if session_options is None:
+        session_options = dict(
+            seed=seed,
+            checkpoint_every=checkpoint_every,
+            init_from=None if source is None else str(source),
+            progress=progress,
+            step_timeout=step_timeout,
+            validate_every=None if validation is None else validation.every,
+        )
+    if out.exists() and not out.is_dir():
+        raise RunDirError(f"{out} exists and is not a directory; choose another run directory.")
+    with locked(out) if jax.process_index() == 0 else contextlib.nullcontext():
+        return _run(
+            out, record, config, seed, every, validation, source, tasks, progress,
+            step_timeout, session_options,
+        )  # fmt: skip
+
+
+def _init_from_path(source: str | Path | None, out: Path) -> Path | None:
+    """`init_from` as an absolute path; it must exist unless `out` has a checkpoint to resume
+    (which holds the weights, so the source may since have moved)."""
+    if source is None:
+        return None
+    if not Path(source).exists() and not (out / RUN_CHECKPOINT).is_file():
+        raise RunDirError(
+            f"init_from (--init-from) {source} does not exist; give a run directory, a "
+            "checkpoint or an exported .eqx optimizer."
+        )
+    return Path(source).resolve()
+
+
+def _initialised_from(state: MetaState, source: Path) -> MetaState:
+    """`state` with the learned optimizer's weights of `source` and a fresh meta-optimizer."""
+    try:
+        lo = load_optimizer(source)
+    except CheckpointError as e:
+        raise RunDirError(f"init_from (--init-from): {e}") from None
+    ours, theirs = optimizer_spec(state.learned_optimizer), optimizer_spec(lo)
+    if ours != theirs:
+        if ours["class"] != theirs["class"]:
+            what = [f"class: {theirs['class']} (init_from) vs {ours['class']} (this run)"]
+        else:
+            a, b = theirs["hyperparameters"], ours["hyperparameters"]
+            what = [
+                f"{k}: {a.get(k)!r} (init_from) vs {b.get(k)!r} (this run)"
+                for k in sorted(set(a) | set(b))
+                if a.get(k) != b.get(k)
+            ]
+        raise RunDirError(
+            f"init_from (--init-from) {source} holds another learned optimizer than this run's: "
+            f"{'; '.join(what)}. Initialise from a run with the same learned optimizer."
+        )
+    mesh = particle_mesh(state.config)
+    theta, static = eqx.partition(lo, eqx.is_inexact_array)
+    theta = place(theta, mesh, sharded=False)
+    meta_opt_state = place(build_meta_optimizer(state.config).init(theta), mesh, sharded=False)
+    return eqx.tree_at(
+        lambda s: (s.learned_optimizer, s.meta_opt_state),
+        state,
+        (eqx.combine(theta, static), meta_opt_state),
+    )
+
+
+def _run(
+    out: Path,
+    record: dict[str, Any],
+    config: MetaConfig,
+    seed: int,
+    every: int,
+    validation: ValidationSettings | None,
+    init_from: Path | None,
+    tasks: list[AbstractTask] | None,
+    progress: bool,
+    step_timeout: float | None,
+    session_options: Mapping[str, Any],
+) -> MetaState:
+    kind, earlier = check_run_dir(out, record, config)
+    writer = jax.process_index() == 0
+    checkpoint = out / RUN_CHECKPOINT
+    metrics_path = out / METRICS_FILE
+    if writer:
+        for path in (checkpoint, metrics_path, out / CONFIG_FILE, out / BEST_OPTIMIZER):
+            remove_stale_temporaries(path)
+
+    init_key, run_key = jr.split(jr.key(seed))
+    state = init(config, key=init_key, tasks=tasks)
+    if checkpoint.is_file():
+        state = load(checkpoint, like=state)
+    elif init_from is not None:
+        state = _initialised_from(state, init_from)
+    start = int(state.step)
+    total = config.num_outer_steps
+    # config.json is written only now, once the run could start: a call that failed before
+    # leaves nothing that would refuse the corrected one.
+    if writer:
+        if kind == "replace":
+            replace_earlier_start(out, earlier)
+        if kind != "resume":
+            atomic_write(out / CONFIG_FILE, [json.dumps(record, indent=2).encode() + b"\n"])
+        if kind == "recover":
+            print(
+                f"{out}: {CONFIG_FILE} was lost; rebuilt it from {checkpoint}'s header, which "
+                f"does not record the seed (--seed {seed} is assumed).",
+                file=sys.stderr,
+            )
+        repair_metrics(metrics_path, start)
+        if start < total:
+            record_session(out, start, session_options)
+    if 0 < start < total:
+        print(f"Resuming {out} from outer step {start} of {total}.", file=sys.stderr)
+    validator = None
+    if validation is not None:
+        validator = Validator(out, validation)
+        # A check due at the step the run starts from is made now when the metrics lack it:
+        # step 0 of a new run, or a check that an interruption cut short (the checkpoint of
+        # its step is saved on the way out, so the resumed loop would never come back to it).
+        checked = any(r["step"] == start for r in read_validation(metrics_path))
+        if validator.due(start, total) and not checked:
+            if start > 0:
+                print(f"Making outer step {start}'s check, which was cut short.", file=sys.stderr)
+            validator(state, start)
+    if start >= total:
+        print(
+            f"{out}: the run is complete ({start} of {total} outer steps). To train on from its "
+            f"learned optimizer, start a new run with --init-from {out} (init_from)."
+        )
+        return state
+    return _loop(state, run_key, start, total, out, every, progress, step_timeout, validator)
+
+
+@contextlib.contextmanager
+def _signals_ignored(in_main_thread: bool):
+    """Ctrl-C and SIGTERM ignored for the duration: a repeated one must not abort the
+    checkpoint that the first one asked for."""
+    if not in_main_thread:
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _loop(
+    state: MetaState,
+    run_key: Any,
+    start: int,
+    total: int,
+    out: Path,
+    every: int,
+    show_progress: bool,
+    step_timeout: float | None,
+    validator: Validator | None,
+) -> MetaState:
+    from tqdm.auto import tqdm
+
+    writer = jax.process_index() == 0
+    checkpoint = out / RUN_CHECKPOINT
+    metrics_file = open(out / METRICS_FILE, "a") if writer else None
+
+    def progress(initial: int, desc: str, *, leave: bool) -> Any:
+        return tqdm(
+            total=total,
+            initial=initial,
+            desc=desc,
+            unit="step",
+            leave=leave,
+            disable=not show_progress or not writer,
+            dynamic_ncols=True,
+            file=sys.stderr,
+        )
+
+    # The first step compiles (seconds to minutes): a rate that counted it would promise hours
+    # for a run of minutes, so the bar that estimates the time left starts after it.
+    bar = progress(start, "meta-train (compiling)", leave=False)
+
+    def save_now() -> None:
+        if metrics_file is not None:
+            metrics_file.flush()
+            os.fsync(metrics_file.fileno())
+        save(checkpoint, state)
+
+    # SIGTERM (e.g. a scheduler's pre-emption) is handled like Ctrl-C: finish the step in
+    # flight, checkpoint, exit. SIGKILL cannot be caught; atomic writes make it safe anyway.
+    # With several processes one of them stopping alone would strand the others in the next
+    # collective, so the handler is installed only for single-process runs; a caller's own
+    # SIGTERM handler is left in place (it stops the run by raising KeyboardInterrupt).
+    previous = signal.getsignal(signal.SIGTERM)
+    in_main_thread = jax.process_count() == 1
+    if in_main_thread and previous is signal.SIG_DFL:
+        try:
+            signal.signal(signal.SIGTERM, signal.default_int_handler)
+        except ValueError:
+            in_main_thread = False
+    elif in_main_thread:
+        in_main_thread = threading.current_thread() is threading.main_thread()
+    watchdog = StepWatchdog(step_timeout) if step_timeout is not None else contextlib.nullcontext()
+    step = start
+    saved_at = start
+    with watchdog as dog:
+        try:
+            for t in range(start, total):
+                started = time.perf_counter()
+                with dog.step(t) if dog is not None else contextlib.nullcontext():
+                    new_state = meta_step(state, jr.fold_in(run_key, t))
+                    metrics = new_state.metrics.to_dict()
+                line = clean_record(
+                    {"step": t + 1, "seconds": time.perf_counter() - started, **metrics}
+                )
+                if metrics_file is not None:
+                    metrics_file.write(json.dumps(line, allow_nan=False) + "\n")
+                # The metrics line is written before the state advances, so an interruption
+                # anywhere leaves the file holding at least the checkpoint's steps.
+                state, step = new_state, t + 1
+                if validator is not None and validator.due(step, total):
+                    validator(state, step, metrics_file)
+                if t == start:
+                    bar.close()
+                    bar = progress(step, "meta-train", leave=True)
+                else:
+                    bar.update(1)
+                bar.set_postfix(meta_loss=f"{metrics['meta_loss']:.4f}", refresh=False)
+                if step % every == 0 or step == total:
+                    save_now()
+                    saved_at = step
+        except KeyboardInterrupt:
+            bar.close()
+            if saved_at != step:
+                with _signals_ignored(in_main_thread):
+                    save_now()
+                done = f"checkpoint saved at outer step {step}"
+            elif step > 0:
+                done = f"the checkpoint of outer step {step} is up to date"
+            else:
+                done = "no checkpoint was written yet"
+            again = "resume" if step > 0 else "start again"
+            print(
+                f"Interrupted at outer step {step}; {done}. Rerun the same command (or "
+                f"elo.meta_train with the same arguments) to {again}.",
+                file=sys.stderr,
+            )
+            raise
+        finally:
+            bar.close()
+            if metrics_file is not None:
+                metrics_file.close()
+            if in_main_thread and previous is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, previous)
+    print(f"{out}: {total} outer steps done; checkpoint {checkpoint}.")
+    return state

@@ -1,0 +1,109 @@
+"""The learned optimizer alone, scored during meta-training (`validation=` of `elo.meta_train`)."""
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+
+from .._config import MetaConfig
+from .._evaluation._meta_validation import validate
+from .._files._optimizer_file import save_optimizer
+from .._files._run_dir import BEST_OPTIMIZER, METRICS_FILE
+from .._outer._state import MetaState
+from ..tasks import AbstractTask, get_task
+from ._metrics_file import read_validation
+
+
+class ValidationSettings(eqx.Module):
+    """How [`elo.meta_train`][] scores the learned optimizer alone while it meta-trains.
+
+    Every `every` outer steps (and at step 0 and the last step) the learned optimizer trains
+    each task on its own for `num_steps` steps, at parameter scales 0.1, 1 and 10, and is scored
+    on the task's validation split (never a test set; see [`elo.validate`][]). The record goes
+    to `metrics.jsonl` (a line with a `"validation"` key) and the best-scoring optimizer so far
+    to `best_optimizer.eqx`.
+
+    **Arguments:**
+
+    - `every`: outer steps between checks (positive).
+    - `num_steps`: training steps of each check.
+    - `tasks`: the validation tasks; with several, the score is the mean of theirs. Empty: the
+      first meta-training task.
+    """
+
+    every: int = eqx.field(static=True)
+    num_steps: int = eqx.field(default=2000, static=True)
+    tasks: tuple[AbstractTask, ...] = ()
+
+    def __check_init__(self):
+        for name in ("every", "num_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} = {value!r} is invalid: it must be a positive integer.")
+
+
+def validation_tasks(
+    settings: ValidationSettings, config: MetaConfig, tasks: Sequence[AbstractTask] | None
+) -> tuple[AbstractTask, ...]:
+    """The tasks `settings` validates on: its own, else the run's first meta-training task."""
+    if settings.tasks:
+        return tuple(settings.tasks)
+    if tasks:
+        return (tasks[0],)
+    return (get_task(config.tasks[0], batch_size=config.batch_size, data_dir=config.data_dir),)
+
+
+class Validator:
+    """Scores the learned optimizer alone every `every` outer steps, logs the result to
+    metrics.jsonl and keeps the best-scoring optimizer in best_optimizer.eqx.
+
+    With several tasks the score is the mean of their scores (each a normalised loss on the
+    task's validation split, so tasks of different kinds weigh alike) and the record keeps each
+    task's result under `"per_task"`; with one task the record is that task's result.
+    """
+
+    def __init__(self, out: Path, settings: ValidationSettings):
+        if not settings.tasks:
+            raise ValueError("Validator needs its tasks (see `validation_tasks`).")
+        self.out, self.every, self.num_steps = out, settings.every, settings.num_steps
+        self.tasks = settings.tasks
+        scores = [r["validation"]["score"] for r in read_validation(out / METRICS_FILE)]
+        self.best = min(scores) if scores else math.inf
+
+    def due(self, step: int, total: int) -> bool:
+        return step % self.every == 0 or step == total
+
+    def __call__(self, state: MetaState, step: int, metrics_file: Any = None) -> float:
+        started = time.perf_counter()
+        results = [
+            validate(state.learned_optimizer, task, num_steps=self.num_steps).to_dict()
+            for task in self.tasks
+        ]
+        if len(results) == 1:
+            validation = results[0]
+        else:
+            validation = {
+                "task": ",".join(r["task"] for r in results),
+                "num_steps": self.num_steps,
+                "score": float(sum(r["score"] for r in results) / len(results)),
+                "per_task": results,
+            }
+        record = {"step": step, "seconds": time.perf_counter() - started}
+        record["validation"] = validation
+        score = validation["score"]
+        best = score < self.best
+        if best:
+            self.best = score
+            save_optimizer(self.out / BEST_OPTIMIZER, state.learned_optimizer)
+        record["best"] = best
+        line = json.dumps(record, allow_nan=False) + "\n"
+        if metrics_file is not None:
+            metrics_file.write(line)
+        else:
+            with open(self.out / METRICS_FILE, "a") as f:
+                f.write(line)
+        return score

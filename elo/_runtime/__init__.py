@@ -1,0 +1,1 @@
+"""The machine: CPU devices, the particle mesh, JAX's distributed runtime."""

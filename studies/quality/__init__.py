@@ -1,1 +1,0 @@
-"""The `quality` study (see its README.md)."""

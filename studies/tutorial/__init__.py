@@ -1,1 +1,0 @@
-"""The `tutorial` study (see its README.md)."""

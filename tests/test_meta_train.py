@@ -1,0 +1,107 @@
+"""`elo.meta_train`: the resumable run as a Python function (the CLI's tests cover the rest)."""
+
+import json
+
+import jax
+import pytest
+
+import elo
+import elo._run._meta_train
+
+from .helpers import bitwise_equal, tiny_config
+
+
+STEPS = 4
+
+
+def _steps(out) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in elo.read_metrics(out)]
+
+
+def test_an_interrupted_run_resumes_bit_for_bit(tmp_path, monkeypatch):
+    config = tiny_config(num_outer_steps=STEPS)
+    straight = elo.meta_train(
+        config, tmp_path / "straight", seed=1, checkpoint_every=1, progress=False
+    )
+    assert int(straight.step) == STEPS
+
+    out = tmp_path / "cut"
+    real_step = elo._run._meta_train.meta_step
+
+    def interrupted_step(state, key):
+        if int(state.step) == 2:
+            raise KeyboardInterrupt
+        return real_step(state, key)
+
+    monkeypatch.setattr(elo._run._meta_train, "meta_step", interrupted_step)
+    with pytest.raises(KeyboardInterrupt):
+        elo.meta_train(config, out, seed=1, checkpoint_every=3, progress=False)
+    assert [r["step"] for r in elo.read_metrics(out)] == [1, 2]
+    monkeypatch.setattr(elo._run._meta_train, "meta_step", real_step)
+    resumed = elo.meta_train(config, out, seed=1, checkpoint_every=3, progress=False)
+    assert bitwise_equal(resumed, straight)
+    assert _steps(out) == _steps(tmp_path / "straight")
+    assert [s["from_step"] for s in elo.read_sessions(out)] == [0, 2]
+    assert elo.read_sessions(out)[0]["options"]["seed"] == 1
+    # A complete run returns its checkpoint without training.
+    again = elo.meta_train(config, out, seed=1, checkpoint_every=3, progress=False)
+    assert bitwise_equal(again, straight)
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["seed"] == 1 and saved["config"] == config.to_dict()
+
+
+def test_a_second_run_on_the_same_directory_is_refused(tmp_path, monkeypatch):
+    config = tiny_config(num_outer_steps=2)
+    out = tmp_path / "shared"
+    real_step = elo._run._meta_train.meta_step
+    refused = []
+
+    def step_with_a_second_run_alongside(state, key):
+        if not refused:
+            with pytest.raises(elo.RunDirError, match="is in use by another meta-training run"):
+                elo.meta_train(config, out, seed=0, checkpoint_every=1, progress=False)
+            refused.append(True)
+        return real_step(state, key)
+
+    monkeypatch.setattr(elo._run._meta_train, "meta_step", step_with_a_second_run_alongside)
+    state = elo.meta_train(config, out, seed=0, checkpoint_every=1, progress=False)
+    assert refused == [True] and int(state.step) == 2
+
+
+def test_another_run_in_the_directory_is_refused_with_the_fix(tmp_path):
+    config = tiny_config(num_outer_steps=2)
+    out = tmp_path / "run"
+    elo.meta_train(config, out, seed=0, checkpoint_every=1, progress=False)
+    with pytest.raises(elo.RunDirError, match="cannot be extended.*init_from"):
+        elo.meta_train(
+            config.replace(num_outer_steps=3), out, seed=0, checkpoint_every=1, progress=False
+        )
+    with pytest.raises(elo.RunDirError, match="seed: 0 .run directory. vs 5"):
+        elo.meta_train(config, out, seed=5, checkpoint_every=1, progress=False)
+    assert issubclass(elo.RunDirError, ValueError)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(seed=-1, checkpoint_every=1), "seed = -1 is invalid"),
+        (dict(seed=0, checkpoint_every=0), "checkpoint_every = 0 is invalid"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_is_written(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        elo.meta_train(tiny_config(), tmp_path / "run", **kwargs)
+    assert not (tmp_path / "run").exists()
+
+
+def test_validation_settings_check_their_numbers():
+    with pytest.raises(ValueError, match="every = 0 is invalid"):
+        elo.ValidationSettings(0)
+    assert elo.ValidationSettings(5).num_steps == 2000
+
+
+def test_the_environment_has_one_vocabulary():
+    env = elo.environment()
+    assert env["backend"] == jax.default_backend() and env["device_count"] == jax.device_count()
+    assert {"os", "cpu_model", "elo", "jax"} <= set(env) and "platform" not in env
+    json.dumps(env, allow_nan=False)
