@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any, get_args, Literal
 
 import equinox as eqx
@@ -27,6 +28,20 @@ def _tasks_tuple(value: Any) -> Any:
     """Lists of task names become tuples; anything else (a lone string included) is left for
     `__check_init__` to judge."""
     return tuple(value) if isinstance(value, list) else value
+
+
+def _settings_tuple(value: Any) -> Any:
+    """A mapping of a learned optimizer's keyword arguments becomes a sorted tuple of
+    `(name, value)` pairs (lists become tuples), so that the config stays hashable; anything else
+    is left for `__check_init__` to judge."""
+    if isinstance(value, Mapping):
+        value = list(value.items())
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(item, (list, tuple)) and len(item) == 2 for item in value
+    ):
+        pairs = ((k, tuple(v) if isinstance(v, list) else v) for k, v in value)
+        return tuple(sorted(pairs, key=lambda kv: str(kv[0])))
+    return value
 
 
 def _fail(field: str, value: Any, allowed: str) -> None:
@@ -76,6 +91,11 @@ class MetaConfig(eqx.Module):
     *Learned optimizer and expert*
 
     - `optimizer`: `"small_fc"` or `"celo2"`.
+    - `optimizer_settings`: keyword arguments of the learned optimizer's constructor
+      ([`elo.SmallFC`][], [`elo.Celo2`][]), e.g. the schedule its inner problems run with
+      (`{"init_lr": 0.0, "end_lr": 0.0, "warmup_fraction": 0.05}`); empty: its defaults. A
+      mapping (stored as sorted `(name, value)` pairs); unknown names are refused by
+      [`elo.init`][]. On the command line: `--set optimizer.NAME=VALUE`.
     - `expert`: `"none"` (PES baselines), `"adamw"` or `"muon"`.
     - `expert_lr_max`, `expert_lr_min`, `expert_lr_decay_steps`: the expert's cosine learning
       rate over inner steps (ELO: $10^{-2} \to 10^{-4}$ over 10K; CL: $10^{-3} \to 10^{-5}$).
@@ -165,6 +185,9 @@ class MetaConfig(eqx.Module):
     data_dir: str | None = None
 
     optimizer: OptimizerName = "small_fc"
+    optimizer_settings: tuple[tuple[str, Any], ...] = eqx.field(
+        default=(), converter=_settings_tuple
+    )
     expert: ExpertName = "none"
     expert_lr_max: float = 1e-2
     expert_lr_min: float = 1e-4
@@ -223,6 +246,11 @@ class MetaConfig(eqx.Module):
         _check_float("min_param_scale", self.min_param_scale, 0.0, math.inf, open_low=True)
         _check_float("max_param_scale", self.max_param_scale, self.min_param_scale, math.inf)
         _check_choice("optimizer", self.optimizer, OptimizerName)
+        settings = self.optimizer_settings
+        if not isinstance(settings, tuple) or not all(
+            isinstance(kv, tuple) and len(kv) == 2 and isinstance(kv[0], str) for kv in settings
+        ):
+            _fail("optimizer_settings", settings, "a mapping of keyword arguments of the optimizer")
         _check_choice("expert", self.expert, ExpertName)
         _check_float("expert_lr_max", self.expert_lr_max, 0.0, math.inf)
         _check_float("expert_lr_min", self.expert_lr_min, 0.0, self.expert_lr_max)
@@ -327,6 +355,8 @@ class MetaConfig(eqx.Module):
         out = {}
         for name in field_names():
             value = getattr(self, name)
+            if name == "optimizer_settings":
+                value = {k: list(v) if isinstance(v, tuple) else v for k, v in value}
             out[name] = list(value) if isinstance(value, tuple) else value
         return out
 

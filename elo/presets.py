@@ -142,6 +142,37 @@ def elo_celo2(**overrides: Any) -> MetaConfig:
     return _make(dict(_ELO, optimizer="celo2", expert="muon"), overrides)
 
 
+# The learned optimizer's settings in the reference's `elo_celo2.py` config: a warm-up over 5% of
+# each run and a cosine decay of the step to 0 (the schedule a trained Celo2 is deployed with),
+# weight decay 0.1 and the AdamW path at the same rate.
+CELO2_REFERENCE_SETTINGS = {
+    "init_lr": 0.0,
+    "peak_lr": 1e-3,
+    "end_lr": 0.0,
+    "warmup_fraction": 0.05,
+    "weight_decay": 0.1,
+    "adam_lr_mult": 1.0,
+}
+
+
+def elo_celo2_deployed(**overrides: Any) -> MetaConfig:
+    """ELO-Celo2 meta-trained with the schedule it is deployed with: [`elo.presets.elo_celo2`][]
+    whose Celo2 has the settings of the reference's `elo_celo2.py` config
+    (`CELO2_REFERENCE_SETTINGS`: warm-up over 5% of each inner run, cosine decay of the step to
+    0, weight decay 0.1, `adam_lr_mult = 1`) instead of the README command's constant step.
+
+    **Arguments:**
+
+    - `**overrides`: any [`elo.MetaConfig`][] field.
+
+    **Returns:**
+
+    A validated [`elo.MetaConfig`][].
+    """
+    base = dict(_ELO, optimizer="celo2", expert="muon", optimizer_settings=CELO2_REFERENCE_SETTINGS)
+    return _make(base, overrides)
+
+
 def cl_small_fc(**overrides: Any) -> MetaConfig:
     """CL-small_fc (Chen et al.), the alternating imitation + curriculum baseline of the paper.
 
@@ -226,6 +257,7 @@ PRESETS: dict[str, Callable[..., MetaConfig]] = {
     "pes_celo2": pes_celo2,
     "elo_small_fc": elo_small_fc,
     "elo_celo2": elo_celo2,
+    "elo_celo2_deployed": elo_celo2_deployed,
     "cl_small_fc": cl_small_fc,
     "pes_small_fc_cpu": pes_small_fc_cpu,
     "pes_celo2_cpu": pes_celo2_cpu,

@@ -53,7 +53,18 @@ class Inner(eqx.Module):
     snap_count: jax.Array
 
 
-def make_unroll(system, *, horizon, length, resume_at, store_xi, snap_xi):
+def constant(count, horizon):
+    del count, horizon
+    return 1.0
+
+
+def cosine_to_zero(count, horizon):
+    """A learned optimizer's decayed step: a cosine from 1 to 0 over the run's horizon."""
+    progress = jnp.clip(count / horizon, 0.0, 1.0)
+    return 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
+
+
+def make_unroll(system, *, horizon, length, resume_at, store_xi, snap_xi, schedule=constant):
     """An unroll of `length` steps. A trajectory restarts when `count >= horizon`; a restart at a
     global truncation index in `resume_at` resumes from the snapshot instead of `s0`."""
 
@@ -67,7 +78,7 @@ def make_unroll(system, *, horizon, length, resume_at, store_xi, snap_xi):
             count = jnp.where(restart, jnp.where(resume_at, snap_count, 0), count)
             resumed = resumed | (restart & resume_at)
             started = started | restart
-            s = system.a @ s + system.b @ theta
+            s = system.a @ s + schedule(count, horizon) * (system.b @ theta)
             count = count + 1
             loss = 0.5 * jnp.sum((system.c @ s - system.y) ** 2)
             return (s, count, snap_s, snap_count, started, resumed), (loss, started)
@@ -88,7 +99,9 @@ def make_unroll(system, *, horizon, length, resume_at, store_xi, snap_xi):
     return unroll
 
 
-def true_window_gradients(system, theta, *, horizon, length, num_truncations, resume_plan):
+def true_window_gradients(
+    system, theta, *, horizon, length, num_truncations, resume_plan, schedule=constant
+):
     """Gradient of each truncation's mean loss for the deterministic unroll at theta."""
 
     def window_losses(theta):
@@ -105,7 +118,7 @@ def true_window_gradients(system, theta, *, horizon, length, num_truncations, re
                         s, count = snap_s, snap_count
                     else:
                         s, count = system.s0, 0
-                s = system.a @ s + system.b @ theta
+                s = system.a @ s + schedule(count, horizon) * (system.b @ theta)
                 count += 1
                 total = total + 0.5 * jnp.sum((system.c @ s - system.y) ** 2)
             means.append(total / length)
@@ -114,7 +127,18 @@ def true_window_gradients(system, theta, *, horizon, length, num_truncations, re
     return jax.jacrev(window_losses)(theta)
 
 
-def run_pes(system, theta, *, horizon, length, num_truncations, resume_plan, store_xi, key):
+def run_pes(
+    system,
+    theta,
+    *,
+    horizon,
+    length,
+    num_truncations,
+    resume_plan,
+    store_xi,
+    key,
+    schedule=constant,
+):
     """K independent particles, each carried through `num_truncations` truncations."""
 
     def one_particle(key):
@@ -135,6 +159,7 @@ def run_pes(system, theta, *, horizon, length, num_truncations, resume_plan, sto
                 resume_at=jnp.asarray(t == resume_plan["resume_in"]),
                 store_xi=store_xi,
                 snap_xi=snap_xi,
+                schedule=schedule,
             )
             g, (pos, neg, xi), _ = elo.internal.pes_grad(
                 unroll, theta, pos, neg, xi, key=jr.fold_in(key, t), sigma=SIGMA
@@ -187,6 +212,22 @@ def test_unbiased_when_resumed_with_stored_xi(seed):
     system = make_system(seed, memory=0.9)
     theta = jnp.asarray(np.random.default_rng(seed + 2).normal(size=THETA_DIM), jnp.float32)
     kwargs = dict(horizon=17, length=5, num_truncations=5, resume_plan=RESUME)
+    samples = run_pes(system, theta, store_xi=True, key=jr.key(seed), **kwargs)
+    truth = true_window_gradients(system, theta, **kwargs)
+    assert_unbiased(samples, truth)
+
+
+@settings(deadline=None, max_examples=4)
+@given(seed=st.integers(0, 2**16))
+def test_unbiased_with_a_decayed_schedule_and_a_resume(seed):
+    """The inner step decays to 0 with a cosine over each run's horizon (a learned optimizer
+    deployed with a decayed schedule); the losses stay quadratic in theta, so PES stays
+    unbiased, across resets and a resume with the stored xi."""
+    system = make_system(seed, memory=0.9)
+    theta = jnp.asarray(np.random.default_rng(seed + 3).normal(size=THETA_DIM), jnp.float32)
+    kwargs = dict(
+        horizon=17, length=5, num_truncations=5, resume_plan=RESUME, schedule=cosine_to_zero
+    )
     samples = run_pes(system, theta, store_xi=True, key=jr.key(seed), **kwargs)
     truth = true_window_gradients(system, theta, **kwargs)
     assert_unbiased(samples, truth)

@@ -267,9 +267,17 @@ class InnerProblem(eqx.Module):
             resumed=jnp.zeros((), bool),
         )
         further_steps = self.horizon.sample(p.unrolls_done, key=horizon_key)
-        return self.restarts.restart(
+        restart = self.restarts.restart(
             fresh, p, further_steps, resume_key=resume_key, pop_key=pop_key
         )
+        # A resumed inner problem runs to a horizon of its own (its step plus a new draw): its
+        # learned optimizer's schedule is that horizon's, not the one it was first started
+        # with, whose decayed step would be 0 past its end. A fresh one's is unchanged.
+        lo = eqx.combine(theta_plus, self.lo_static)
+        lo_state = jax.vmap(lo.with_horizon, in_axes=(0, None))(
+            restart.sides.lo_state, restart.horizon
+        )
+        return eqx.tree_at(lambda r: r.sides.lo_state, restart, lo_state)
 
     def _reset(self, theta_plus, carry: _TruncationCarry, key):
         """Apply a particle's pending reset (a no-op for particles without one)."""

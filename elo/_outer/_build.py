@@ -6,6 +6,7 @@ names (the `Literal` types of `_config`), checkpoints look learned-optimizer cla
 """
 
 import functools
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from typing import get_args
@@ -111,8 +112,22 @@ assert set(SUPERVISIONS) == set(get_args(SupervisionName))
 
 
 def build_learned_optimizer(config: MetaConfig, *, key: PRNGKeyArray) -> AbstractLearnedOptimizer:
-    """The learned optimizer named by `config.optimizer`, freshly initialised."""
-    return LEARNED_OPTIMIZERS[config.optimizer](key=key)
+    """The learned optimizer named by `config.optimizer`, freshly initialised with
+    `config.optimizer_settings`."""
+    cls = LEARNED_OPTIMIZERS[config.optimizer]
+    settings = dict(config.optimizer_settings)
+    accepted = [
+        name
+        for name in inspect.signature(cls.__init__).parameters
+        if name not in ("self", "key", "weights")
+    ]
+    unknown = sorted(set(settings) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"MetaConfig.optimizer_settings: {cls.__name__} has no setting(s) {unknown}; its "
+            f"settings are {', '.join(accepted)}."
+        )
+    return cls(key=key, **settings)
 
 
 def build_horizon(config: MetaConfig) -> AbstractHorizon:

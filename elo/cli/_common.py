@@ -127,16 +127,24 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 
     Each value is converted by the field's type: integers, numbers, booleans
     (`true/false/yes/no/1/0`), strings (one of the allowed names for a field with a fixed set),
-    `none` for optional fields, and comma-separated lists for `tasks`. Unknown fields and values
-    of the wrong type raise a [`CLIError`][] naming them.
+    `none` for optional fields, and comma-separated lists for `tasks`. `optimizer.NAME=VALUE`
+    sets the learned optimizer's keyword argument `NAME` (`MetaConfig.optimizer_settings`).
+    Unknown fields and values of the wrong type raise a [`CLIError`][] naming them.
     """
     types_by_name = {f.name: f.type for f in dataclasses.fields(MetaConfig)}
     out: dict[str, Any] = {}
+    settings: dict[str, Any] = {}
     for item in items:
         name, sep, text = item.partition("=")
         name = name.strip()
         if not sep or not name:
             raise CLIError(f"--set {item!r}: expected field=value, e.g. --set num_particles=8.")
+        if name.startswith("optimizer."):
+            setting = name[len("optimizer.") :]
+            if not setting.isidentifier():
+                raise CLIError(f"--set {item}: {setting!r} is not a setting name.")
+            settings[setting] = _literal(text)
+            continue
         if name not in types_by_name:
             raise CLIError(
                 f"--set {item}: unknown MetaConfig field {name!r}; known fields: "
@@ -149,4 +157,25 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
             raise CLIError(
                 f"--set {item}: {name} expects {_describe(tp)}, got {text.strip()!r}."
             ) from None
+    if settings:
+        out["optimizer_settings"] = settings
     return out
+
+
+def _literal(text: str) -> Any:
+    """A learned optimizer's setting from the command line: a number, `true`/`false`, `none`,
+    a comma-separated list of numbers, or else the text itself."""
+    text = text.strip()
+    lowered = text.lower()
+    if lowered in ("true", "yes", "on"):
+        return True
+    if lowered in ("false", "no", "off"):
+        return False
+    if lowered in ("none", "null"):
+        return None
+    try:
+        if "," in text:
+            return tuple(float(x) for x in text.split(",") if x.strip())
+        return int(text) if text.lstrip("-").isdigit() else float(text)
+    except ValueError:
+        return text

@@ -59,6 +59,22 @@ class AbstractLearnedOptimizer(eqx.Module, Generic[_State]):
         """
 
     @abc.abstractmethod
+    def with_horizon(self, state: _State, num_steps: Int[ArrayLike, ""]) -> _State:
+        """The state of a run that goes on with another length: what an inner problem resumed
+        from ELO's buffer carries, so that its schedule is that of the horizon it was resumed
+        with (its progress is its own step over that horizon), not the one it started with.
+
+        **Arguments:**
+
+        - `state`: an optimizer state, as `init` and `update` make.
+        - `num_steps`: the run's new length.
+
+        **Returns:**
+
+        The state with its run length replaced; everything else as it was.
+        """
+
+    @abc.abstractmethod
     def preprocess_grads(self, grads: Updates) -> Updates:
         """Transform raw gradients the way the optimizer does before using them.
 

@@ -161,6 +161,11 @@ class AbstractMLPOptimizer(AbstractLearnedOptimizer[LOState]):
             adafactor_decays=self.adafactor_decays,
         )
 
+    def with_horizon(self, state: LOState, num_steps: Int[ArrayLike, ""]) -> LOState:
+        """`state` with `num_steps` replaced (see
+        [`elo.AbstractLearnedOptimizer.with_horizon`][])."""
+        return eqx.tree_at(lambda s: s.num_steps, state, jnp.asarray(num_steps, jnp.int32))
+
     def preprocess_grads(self, grads: Updates) -> Updates:
         """Global-norm clipping (if `clip_grad`), then `nan_to_num`."""
         return clip_and_clean(grads, clip_grad=self.clip_grad, clip_norm=self.clip_norm)
