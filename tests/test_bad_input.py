@@ -267,7 +267,7 @@ def test_past_num_steps_a_learned_optimizer_repeats_its_last_scheduled_update():
     lo = elo.pretrained("small_fc_mnist8")
     params, grads = _problem()
     num_steps = 100
-    opt = elo.as_optax(lo, num_steps=num_steps)
+    opt = elo.as_optax(lo, num_steps=num_steps, after_end="stop")
     state = opt.init(params)
     for _ in range(5):
         _, state = opt.update(grads, state, params)
