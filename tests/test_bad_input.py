@@ -323,6 +323,19 @@ def test_setup_sh_usage_cites_sections_that_exist():
         assert section in headings, (section, page)
 
 
+def test_evaluate_lr_of_a_learned_optimizer_says_how_to_set_its_multiplier(capsys):
+    args = ["--task", "quadratic-d4", "--steps", "5", "--lr", "2"]
+    err = _one_error_line(capsys, main(["evaluate", "pretrained:small_fc_mnist8", *args]))
+    assert "--lr and --lr-sweep apply to hand-designed optimizers only" in err
+    assert "--baselines adamw --sweep N tunes it" in err
+    assert "elo.evaluate(elo.as_optax(lo, num_steps=N, learning_rate=M), task, num_steps=N)" in err
+    # The call it names runs.
+    lo = elo.pretrained("small_fc_mnist8")
+    opt = elo.as_optax(lo, num_steps=5, learning_rate=2.0)
+    result = elo.evaluate(opt, "quadratic-d4", num_steps=5, eval_every=5)
+    assert np.isfinite(result.final("test_loss")[0])
+
+
 def test_evaluate_lr_sweep_selected_on_validation_writes_its_result(tmp_path):
     out = tmp_path / "sweep.json"
     argv = ["evaluate", "adamw", "--task", "quadratic-d4", "--steps", "4", "--lr-sweep"]
