@@ -145,6 +145,51 @@ def test_plot_refuses_a_negative_smoothing_window(capsys):
     assert "--smooth must be 0 (automatic), 1 (none) or a larger window, got -3" in err
 
 
+def _evaluation(task: str, name: str, scale: float) -> "elo.Evaluation":
+    curve = scale * np.array([[1.0, 0.6, 0.4]])
+    return elo.Evaluation(
+        name=name,
+        task=task,
+        num_steps=10,
+        eval_every=5,
+        seeds=(0,),
+        learning_rate=None,
+        steps=np.array([0, 5, 10]),
+        minibatch_loss=scale * np.linspace(1.0, 0.4, 10)[None],
+        train_loss=curve,
+        train_accuracy=curve / 2,
+        validation_loss=curve,
+        validation_accuracy=curve / 2,
+        test_loss=curve,
+        test_accuracy=curve / 2,
+    )
+
+
+def test_plot_draws_each_task_on_its_own_row_of_panels(tmp_path, monkeypatch, capsys):
+    from matplotlib.figure import Figure
+
+    from elo.cli._evaluate import evaluation_document
+
+    paths = []
+    for task, name, scale in [("t1", "a", 1.0), ("t2", "b", 10.0), ("t1", "c", 2.0)]:
+        paths.append(tmp_path / f"{task}-{name}.json")
+        document = evaluation_document(name, _evaluation(task, name, scale))
+        paths[-1].write_text(json.dumps(document, allow_nan=False))
+    figures = []
+    save = Figure.savefig
+    monkeypatch.setattr(
+        Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), save(fig, *a, **k))
+    )
+    assert main(["plot", *map(str, paths), "--out", str(tmp_path / "eval.png")]) == 0
+    (figure,) = figures
+    assert len(figure.axes) == 6  # two tasks, three panels each
+    rows = {}
+    for ax in figure.axes:
+        task = ax.get_title().split(":")[0]
+        rows.setdefault(task, set()).update(line.get_label() for line in ax.lines)
+    assert rows == {"t1": {"a", "c"}, "t2": {"b"}}
+
+
 def test_plot_reports_broken_metrics_lines_and_names_the_file_it_writes(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
