@@ -264,9 +264,10 @@ def as_optax(
     In every case the gradient statistics keep updating and the state's step counter keeps
     counting. The step counter is traced inside `jax.jit`, so the end cannot be seen while
     tracing: called eagerly, `update` checks it on the host; compiled, `"warn"` adds a
-    `jax.lax.cond` on the counter whose other branch is a `jax.debug.callback`, so the host is
-    called back only past the end, never during the scheduled steps, and nothing is retraced.
-    `"hold"` and `"stop"` add no check at all.
+    `jax.lax.cond` on the counter (one predicate for a whole `jax.vmap` batch) whose branch
+    taken past the end makes a `jax.debug.callback`, so the host is called back only past the
+    end, never during the scheduled steps, and nothing is retraced. `"hold"` and `"stop"` add
+    no check at all: choose one of them for a compiled loop that must hold no host callback.
 
     **Frozen and masked parameters.** A `None` leaf in the gradients (as `eqx.filter_grad` gives
     for parameters outside the filter, e.g. frozen layers) gets a `None` update and leaves that
