@@ -11,13 +11,28 @@ The `*_cpu` variants keep the algorithm and shrink the budget (particles, horizo
 so that a run finishes on a laptop CPU in minutes to an hour.
 """
 
+import difflib
 from collections.abc import Callable
 from typing import Any
 
-from ._config import DEFAULT_TASKS, MetaConfig
+from ._config import DEFAULT_TASKS, field_names, MetaConfig
+
+
+def _check_overrides(overrides: dict[str, Any]) -> None:
+    """A `TypeError` naming an unknown keyword argument and the closest `MetaConfig` field."""
+    known = field_names()
+    for name in overrides:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "it is no MetaConfig field."
+            raise TypeError(
+                f"Unknown keyword argument {name!r} for an elo preset; {hint} The presets take "
+                "elo.MetaConfig fields (dataclasses.fields(elo.MetaConfig) lists them)."
+            )
 
 
 def _make(base: dict[str, Any], overrides: dict[str, Any]) -> MetaConfig:
+    _check_overrides(overrides)
     fields = dict(base)
     fields.update(overrides)
     steps = fields.get("num_outer_steps", 100_000)
@@ -211,6 +226,7 @@ def cl_small_fc(**overrides: Any) -> MetaConfig:
 
 
 def _cpu(preset: Callable[..., MetaConfig], overrides: dict[str, Any]) -> MetaConfig:
+    _check_overrides(overrides)
     base = dict(_CPU)
     if preset in (elo_small_fc, elo_celo2):
         base.update(_ELO_CPU_SCHEDULE)

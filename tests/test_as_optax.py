@@ -9,6 +9,7 @@ import numpy as np
 import optax
 import pytest
 
+import elo
 from elo import as_optax, Celo2, SmallFC
 
 
@@ -282,3 +283,154 @@ def test_clear_errors_for_missing_parameters():
     # An equinox model holds non-array leaves (its activation functions).
     with pytest.raises(TypeError, match=r"eqx.filter\(model, eqx.is_inexact_array\)"):
         inspect.unwrap(opt.init)(eqx.nn.MLP(2, 1, 4, 1, key=jax.random.key(0)))
+
+
+# ------------------------------------------------------------------------------------------------
+# Updates past `num_steps`: `after_end`.
+
+END = 20
+
+
+def _past_end_problem():
+    """The shipped Celo2, whose step decays to exactly 0 at `num_steps`, on a small problem; the
+    state after a few updates, and a function setting its step counter."""
+    lo = elo.pretrained("celo2_8x8")
+    params = {"w": jax.random.normal(jax.random.key(0), (16, 8)), "b": jnp.zeros(8)}
+    grads = jax.tree.map(lambda x: 0.1 * jax.random.normal(jax.random.key(1), x.shape), params)
+    state = as_optax(lo, num_steps=END).init(params)
+    for _ in range(3):
+        _, state = as_optax(lo, num_steps=END).update(grads, state, params)
+    at = lambda t: eqx.tree_at(lambda s: s.iteration, state, jnp.int32(t))  # noqa: E731
+    return lo, params, grads, at
+
+
+def _updates_from(opt, steps, grads, at, params):
+    """The updates at `steps` (compiled once, the counter traced), each from the state `at(t)`,
+    and how many times the update was traced."""
+    traces = []
+
+    def update(g, s, p):
+        traces.append(None)
+        return opt.update(g, s, p)
+
+    update = jax.jit(update)
+    out = [update(grads, at(t), params) for t in steps]
+    jax.effects_barrier()  # the host callbacks have run
+    return out, len(traces)
+
+
+def _is_zero(tree):
+    return all(not np.any(np.asarray(x)) for x in jax.tree.leaves(tree))
+
+
+def test_past_num_steps_the_default_warns_once_and_stops():
+    lo, params, grads, at = _past_end_problem()
+    assert float(lo.learning_rate(END - 1, END)) == 0.0  # the schedule's last step is 0
+    opt = as_optax(lo, num_steps=END)
+    with pytest.warns(UserWarning) as record:
+        out, traces = _updates_from(opt, range(END - 2, END + 5), grads, at, params)
+    assert traces == 1
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert "\n" not in message
+    assert "num_steps=20): an update past num_steps" in message
+    assert "decayed to 0, so the parameters no longer move" in message
+    assert "after_end='hold', 'stop' or 'error'" in message
+    assert not _is_zero(out[0][0])
+    for updates, new_state in out[2:]:
+        assert _is_zero(updates)
+    assert [int(s.iteration) for _, s in out] == list(range(END - 1, END + 6))
+    # Called eagerly, once per transformation too.
+    opt = as_optax(lo, num_steps=END)
+    with pytest.warns(UserWarning, match="an update past num_steps") as record:
+        for t in range(END - 1, END + 3):
+            opt.update(grads, at(t), params)
+    assert len(record) == 1
+
+
+def test_past_num_steps_stop_repeats_the_last_scheduled_update_silently():
+    lo, params, grads, at = _past_end_problem()
+    opt = as_optax(lo, num_steps=END, after_end="stop")
+    out, traces = _updates_from(opt, range(END - 1, END + 5), grads, at, params)  # no warning
+    assert traces == 1
+    for updates, _ in out:
+        assert _is_zero(updates)
+    for t in range(END, END + 5):
+        opt.update(grads, at(t), params)  # eagerly, no warning either
+
+
+def test_past_num_steps_hold_keeps_the_last_nonzero_step():
+    lo, params, grads, at = _past_end_problem()
+    assert float(lo.learning_rate(END - 2, END)) > 0.0
+    opt = as_optax(lo, num_steps=END, after_end="hold")
+    out, traces = _updates_from(opt, range(END - 1, END + 5), grads, at, params)
+    assert traces == 1
+    assert _is_zero(out[0][0])  # inside the schedule nothing changes: step END - 1 is 0
+    stop = jax.jit(as_optax(lo, num_steps=END, after_end="stop").update)
+    for t, (updates, new_state) in zip(range(END, END + 5), out[1:]):
+        # Each update past the end is that of step END - 2, from the same statistics (up to
+        # float32 reassociation: two compiled programs).
+        held, _ = stop(grads, eqx.tree_at(lambda s: s.iteration, at(t), jnp.int32(END - 2)), params)
+        assert not _is_zero(updates)
+        assert eqx.tree_equal(updates, held, rtol=1e-5, atol=1e-12)
+        assert int(new_state.iteration) == t + 1
+    # The docstring's figure: after a cosine decay to 0 the last nonzero step is tiny.
+    ratio = float(lo.learning_rate(998, 1000)) / lo.peak_lr
+    assert 2e-6 < ratio < 4e-6
+
+
+def test_past_num_steps_error_raises():
+    lo, params, grads, at = _past_end_problem()
+    opt = as_optax(lo, num_steps=END, after_end="error")
+    opt.update(grads, at(END - 1), params)
+    with pytest.raises(ValueError, match=r"num_steps=20\): an update past num_steps") as info:
+        opt.update(grads, at(END), params)
+    assert "\n" not in str(info.value)
+    update = eqx.filter_jit(opt.update)
+    update(grads, at(END - 1), params)
+    for t in (END, END + 4):
+        with pytest.raises(eqx.EquinoxRuntimeError, match="an update past num_steps"):
+            jax.block_until_ready(update(grads, at(t), params))
+    # Under `jax.jit`, JAX's runtime error carries the message.
+    with pytest.raises(Exception, match="an update past num_steps"):
+        jax.block_until_ready(jax.jit(opt.update)(grads, at(END), params))
+
+
+def test_past_num_steps_the_host_is_called_back_only_past_the_end(monkeypatch):
+    """`"warn"` adds no host callback to the scheduled steps, also under `jax.vmap`."""
+    import elo.optimizers._optax as module
+
+    calls = []
+    original = module._warn_past_end
+    monkeypatch.setattr(
+        module,
+        "_warn_past_end",
+        lambda report, count: (calls.append(count), original(report, count)),
+    )
+    lo, params, grads, at = _past_end_problem()
+    opt = as_optax(lo, num_steps=END)
+
+    def steps(first, num):
+        def body(state, _):
+            _, state = opt.update(grads, state, params)
+            return state, None
+
+        return jax.lax.scan(body, at(first), length=num)[0]
+
+    run = jax.jit(steps, static_argnums=1)
+    batched = jax.jit(jax.vmap(steps, in_axes=(0, None)), static_argnums=1)
+    jax.block_until_ready(run(0, END))
+    jax.block_until_ready(batched(jnp.array([0, 3]), END - 3))
+    jax.effects_barrier()
+    assert calls == []
+    with pytest.warns(UserWarning, match="an update past num_steps"):
+        jax.block_until_ready(batched(jnp.array([0, 3]), END - 2))
+        jax.effects_barrier()
+    assert len(calls) >= 1
+
+
+def test_after_end_must_be_a_known_mode():
+    # Without runtime type checking (see test_num_steps_of_another_type).
+    unchecked = inspect.unwrap(as_optax)
+    with pytest.raises(ValueError, match=r"after_end=.*'warn', 'hold', 'stop', 'error'.*'clamp'"):
+        unchecked(SmallFC(key=jax.random.key(0)), num_steps=10, after_end="clamp")

@@ -146,6 +146,51 @@ def test_plot_refuses_a_negative_smoothing_window(capsys):
     assert "--smooth must be 0 (automatic), 1 (none) or a larger window, got -3" in err
 
 
+def _evaluation(task: str, name: str, scale: float) -> "elo.Evaluation":
+    curve = scale * np.array([[1.0, 0.6, 0.4]])
+    return elo.Evaluation(
+        name=name,
+        task=task,
+        num_steps=10,
+        eval_every=5,
+        seeds=(0,),
+        learning_rate=None,
+        steps=np.array([0, 5, 10]),
+        minibatch_loss=scale * np.linspace(1.0, 0.4, 10)[None],
+        train_loss=curve,
+        train_accuracy=curve / 2,
+        validation_loss=curve,
+        validation_accuracy=curve / 2,
+        test_loss=curve,
+        test_accuracy=curve / 2,
+    )
+
+
+def test_plot_draws_each_task_on_its_own_row_of_panels(tmp_path, monkeypatch, capsys):
+    from matplotlib.figure import Figure
+
+    from elo.cli._evaluate import evaluation_document
+
+    paths = []
+    for task, name, scale in [("t1", "a", 1.0), ("t2", "b", 10.0), ("t1", "c", 2.0)]:
+        paths.append(tmp_path / f"{task}-{name}.json")
+        document = evaluation_document(name, _evaluation(task, name, scale))
+        paths[-1].write_text(json.dumps(document, allow_nan=False))
+    figures = []
+    save = Figure.savefig
+    monkeypatch.setattr(
+        Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), save(fig, *a, **k))
+    )
+    assert main(["plot", *map(str, paths), "--out", str(tmp_path / "eval.png")]) == 0
+    (figure,) = figures
+    assert len(figure.axes) == 6  # two tasks, three panels each
+    rows = {}
+    for ax in figure.axes:
+        task = ax.get_title().split(":")[0]
+        rows.setdefault(task, set()).update(line.get_label() for line in ax.lines)
+    assert rows == {"t1": {"a", "c"}, "t2": {"b"}}
+
+
 def test_plot_reports_broken_metrics_lines_and_names_the_file_it_writes(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
@@ -271,7 +316,7 @@ def test_past_num_steps_a_learned_optimizer_repeats_its_last_scheduled_update():
     lo = elo.pretrained("small_fc_mnist8")
     params, grads = _problem()
     num_steps = 100
-    opt = elo.as_optax(lo, num_steps=num_steps)
+    opt = elo.as_optax(lo, num_steps=num_steps, after_end="stop")
     state = opt.init(params)
     for _ in range(5):
         _, state = opt.update(grads, state, params)
@@ -328,6 +373,19 @@ def test_setup_sh_usage_cites_sections_that_exist():
         assert section in headings, (section, page)
 
 
+def test_evaluate_lr_of_a_learned_optimizer_says_how_to_set_its_multiplier(capsys):
+    args = ["--task", "quadratic-d4", "--steps", "5", "--lr", "2"]
+    err = _one_error_line(capsys, main(["evaluate", "pretrained:small_fc_mnist8", *args]))
+    assert "--lr and --lr-sweep apply to hand-designed optimizers only" in err
+    assert "--baselines adamw --sweep N tunes it" in err
+    assert "elo.evaluate(elo.as_optax(lo, num_steps=N, learning_rate=M), task, num_steps=N)" in err
+    # The call it names runs.
+    lo = elo.pretrained("small_fc_mnist8")
+    opt = elo.as_optax(lo, num_steps=5, learning_rate=2.0)
+    result = elo.evaluate(opt, "quadratic-d4", num_steps=5, eval_every=5)
+    assert np.isfinite(result.final("test_loss")[0])
+
+
 @pytest.mark.slow
 def test_evaluate_lr_sweep_selected_on_validation_writes_its_result(tmp_path):
     out = tmp_path / "sweep.json"
@@ -343,3 +401,19 @@ def test_validate_task_without_validate_every_is_refused(tmp_path, capsys):
     argv += ["--validate-task", "quadratic-d4"]
     assert main(argv) == 2
     assert "--validate-task applies with --validate-every" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------
+# presets
+
+
+@pytest.mark.parametrize("preset", sorted(elo.presets.PRESETS))
+def test_presets_suggest_the_field_for_a_misspelt_keyword(preset):
+    with pytest.raises(
+        TypeError,
+        match=r"^Unknown keyword argument 'num_partciles' for an elo preset; did you mean "
+        r"'num_particles'\? The presets take elo\.MetaConfig fields",
+    ):
+        elo.presets.PRESETS[preset](num_partciles=4)
+    with pytest.raises(TypeError, match=r"'zzz' for an elo preset; it is no MetaConfig field\."):
+        elo.presets.get_preset(preset, zzz=1)

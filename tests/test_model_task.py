@@ -245,3 +245,39 @@ def test_fingerprint_ignores_a_loss_bound_measured_on_the_data():
     other = make_task(max_loss=None, data=regression_data(seed=1))
     assert one.max_loss != other.max_loss
     assert elo.tasks.task_label(one) == elo.tasks.task_label(other)
+
+
+@pytest.mark.parametrize("split", ["train", "validation", "test"])
+def test_non_finite_data_is_refused_naming_the_split_and_the_leaf(split):
+    data = regression_data()
+    data[split]["y"][3, 0] = np.nan
+    data[split]["x"][5, 1] = np.inf
+    data[split]["y"][5, 0] = np.nan
+    with pytest.raises(ValueError) as info:
+        make_task(data=data, max_loss=None)
+    message = str(info.value)
+    assert message.startswith(
+        f"ModelTask.data['{split}']['x'] has NaN or infinite values in 1 example (the first is "
+        "example 5)"
+    )
+    assert "\n" not in message and "max_loss" not in message
+
+
+def test_the_max_loss_hint_is_given_for_a_finite_non_positive_loss_only():
+    data = regression_data()
+    with pytest.raises(ValueError, match=r"at initialisation is nan on finite data") as info:
+        elo.tasks.ModelTask(mlp, lambda m, b: mse(m, b) * jnp.nan, data, batch_size=16)
+    assert "max_loss=... would not" in str(info.value)
+    with pytest.raises(ValueError, match=r"which is -[0-9.]+ \(not positive\); pass max_loss="):
+        elo.tasks.ModelTask(mlp, lambda m, b: -mse(m, b), data, batch_size=16)
+
+
+def test_a_batch_larger_than_the_train_split_is_refused():
+    data = regression_data()  # 60 train examples
+    with pytest.raises(
+        ValueError,
+        match=r"^ModelTask.batch_size=61 is larger than the train split \(60 examples\), so "
+        r"every minibatch would repeat examples; pass batch_size <= 60\.$",
+    ):
+        elo.tasks.ModelTask(mlp, mse, data, batch_size=61, max_loss=3.0)
+    assert elo.tasks.ModelTask(mlp, mse, data, batch_size=60, max_loss=3.0).batch_size == 60

@@ -30,6 +30,12 @@ def test_unknown_names_list_the_shipped_ones():
         elo.pretrained("no_such_optimizer")
 
 
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_name_lists_the_shipped_ones(name):
+    with pytest.raises(ValueError, match=f"^elo.pretrained needs a name, got '{name}': .*{NAME}"):
+        elo.pretrained(name)
+
+
 def test_the_shipped_optimizer_trains_a_held_out_task():
     """Better than the untrained learned optimizer on a task it never saw (Fashion-MNIST)."""
     task = "mlp-w32-d1_fashionmnist-8x8x1"

@@ -3,6 +3,8 @@
 
 import json
 import sys
+import threading
+import time
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -484,9 +486,77 @@ def test_pretrained_downloads_hub_names(tmp_path, monkeypatch):
         return str(path)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr("elo._pretrained._unreachable", lambda url, timeout: None)
     monkeypatch.delenv("ELO_HUB_DIR", raising=False)
     assert bitwise_equal(elo.pretrained("hf:someone/elo"), lo)
     assert calls == [("someone/elo", "model.safetensors"), ("someone/elo", "config.json")]
+
+
+@pytest.fixture
+def unreachable_hub(tmp_path, monkeypatch):
+    """huggingface_hub online, with an empty cache, and its endpoint a closed local port (the
+    discard port): what a machine without network sees when nobody set `HF_HUB_OFFLINE`."""
+    constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(
+        constants,
+        "HUGGINGFACE_CO_URL_TEMPLATE",
+        "http://127.0.0.1:9/{repo_id}/resolve/{revision}/{filename}",
+    )
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ELO_HUB_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_hub_names_fail_fast_when_the_hub_is_unreachable(unreachable_hub, capfd, caplog):
+    start = time.monotonic()
+    _one_line_error(
+        ValueError,
+        r"^Cannot load 'hf:DiamondXL/elo': the download failed: 127\.0\.0\.1:9 cannot be "
+        r"reached \(.*\), and DiamondXL/elo is not in the Hugging Face cache\. Offline, pass",
+        elo.pretrained,
+        "hf:DiamondXL/elo",
+    )
+    assert time.monotonic() - start < 3.0
+    assert "Retry" not in capfd.readouterr().err + caplog.text
+
+
+def test_hub_names_wait_for_a_silent_host_two_seconds(unreachable_hub, monkeypatch):
+    import socket
+
+    release = threading.Event()
+
+    def silent(*args, **kwargs):
+        release.wait(60)
+        raise OSError("released")
+
+    monkeypatch.setattr(socket, "create_connection", silent)
+    start = time.monotonic()
+    try:
+        _one_line_error(
+            ValueError, r"127\.0\.0\.1:9 did not answer within 2 s", elo.pretrained, "hf:a/b"
+        )
+    finally:
+        release.set()
+    assert time.monotonic() - start < 3.0
+
+
+def test_hub_names_read_the_cache_when_the_hub_is_unreachable(
+    unreachable_hub, tmp_path, monkeypatch
+):
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    lo = _perturbed(elo.SmallFC(key=jr.key(9)))
+    export_pylo(tmp_path / "cache" / "someone" / "elo", lo)
+    calls = []
+
+    def cached(repo_id, filename, local_files_only=False):
+        calls.append((filename, local_files_only))
+        return str(tmp_path / "cache" / repo_id / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", cached)
+    assert bitwise_equal(elo.pretrained("hf:someone/elo"), lo)
+    assert calls == [("model.safetensors", True), ("config.json", True)]
 
 
 def test_hub_names_offline_say_how_to_pass_a_local_directory(tmp_path, offline_hub, monkeypatch):

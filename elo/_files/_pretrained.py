@@ -7,10 +7,15 @@ how it was selected (on meta-validation, never on a test task) and its evaluatio
 reads the package's own files: no network.
 """
 
+import functools
 import importlib.resources
 import json
 import os
 import re
+import socket
+import threading
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,9 @@ HUB_DIR_ENV = "ELO_HUB_DIR"
 each, searched before downloading."""
 
 _HUB_FILES = ("model.safetensors", "config.json")
+_REACH_TIMEOUT = 2.0
+"""Seconds a Hub name waits for the Hub's host to accept a connection before reading the
+cache only: `huggingface_hub` itself retries an unreachable host five times over ~23 s."""
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -59,15 +67,51 @@ def _one_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def _unreachable(url: str, timeout: float) -> str | None:
+    """Why no connection to `url`'s host (or to the proxy for it) opens within `timeout`
+    seconds, name resolution included; `None` when one does."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if proxy and not urllib.request.proxy_bypass(host):
+        parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    outcome: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            outcome.append(None)
+        except OSError as e:
+            outcome.append(f"{host}:{port} cannot be reached ({e.strerror or e})")
+
+    # A thread, since name resolution has no timeout of its own.
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return outcome[0] if outcome else f"{host}:{port} did not answer within {timeout:g} s"
+
+
 def _download(repo_id: str) -> Path:
-    """The directory of `repo_id`'s files in the Hugging Face cache, downloading if needed."""
+    """The directory of `repo_id`'s files in the Hugging Face cache, downloading if needed. An
+    unreachable Hub (checked once, for `_REACH_TIMEOUT` seconds) leaves the cache only."""
     # The `pylo` extra, imported here so that `elo` does not need it.
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError
 
-    path = Path(hf_hub_download(repo_id, _HUB_FILES[0]))
+    why = None if constants.HF_HUB_OFFLINE else _unreachable(constants.ENDPOINT, _REACH_TIMEOUT)
+    download = hf_hub_download
+    if why is not None:
+        download = functools.partial(hf_hub_download, local_files_only=True)
     try:
-        hf_hub_download(repo_id, _HUB_FILES[1])
+        path = Path(download(repo_id, _HUB_FILES[0]))
+    except EntryNotFoundError:
+        if why is None:
+            raise
+        raise ConnectionError(f"{why}, and {repo_id} is not in the Hugging Face cache") from None
+    try:
+        download(repo_id, _HUB_FILES[1])
     except EntryNotFoundError:
         pass  # config.json is optional: the tensors say what the optimizer is
     return path.parent
@@ -150,6 +194,12 @@ def pretrained(
     if not isinstance(name, (str, os.PathLike)):
         raise TypeError(f"pretrained expects a name or a path, got {type(name).__name__}.")
     text = os.fspath(name)
+    if not text.strip():
+        raise ValueError(
+            f"elo.pretrained needs a name, got {text!r}: one of the shipped optimizers "
+            f"({', '.join(available_pretrained()) or 'none'}), '{HUB_SCHEME}OWNER/NAME', or a "
+            "path."
+        )
     if text.startswith(HUB_SCHEME):
         return import_pylo(_hub_directory(text, hub_dir))
     known = available_pretrained()

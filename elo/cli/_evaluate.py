@@ -256,7 +256,12 @@ def run(args: argparse.Namespace) -> int:
         return _run_comparison(args, optimizer, label, run_dir)
     hand = isinstance(optimizer, str)
     if not hand and (args.lr_sweep or args.lr is not None):
-        raise CLIError("--lr and --lr-sweep apply to hand-designed optimizers only.")
+        raise CLIError(
+            "--lr and --lr-sweep apply to hand-designed optimizers only; a learned optimizer's "
+            "learning-rate multiplier has no fixed-value option: --baselines adamw --sweep N "
+            "tunes it, and in Python elo.evaluate(elo.as_optax(lo, num_steps=N, "
+            "learning_rate=M), task, num_steps=N) sets it."
+        )
     if args.lr_sweep and args.lr is not None:
         raise CLIError("give either --lr or --lr-sweep, not both.")
     # Checked before training: a result that could not be written would be lost.

@@ -22,8 +22,8 @@ Each PATH is a run directory of 'elo meta-train' (its metrics.jsonl) or a JSON f
 evaluate' (an evaluation, a sweep's chosen run, or the chosen run of every optimizer of
 --baselines). Runs are drawn together on one figure (meta-loss, largest inner step reached,
 alpha = the learned optimizer's weight in the fused trajectory); evaluations on another (training
-minibatch loss, test loss, test accuracy; mean over seeds with a ± std band), every optimizer on
-the same axes.
+minibatch loss, test loss, test accuracy; mean over seeds with a ± std band), one row of panels
+per task with every optimizer of that task on the same axes.
 
 examples:
   elo plot runs/elo
@@ -164,18 +164,32 @@ def plot_meta_training(runs: list[Path], out: Path, smooth: int = 0) -> Path:
 
 
 def plot_evaluations(results: list[Evaluation], out: Path, smooth: int = 0) -> Path:
-    """Draw the learning curves of several evaluations on shared axes, to a PNG file."""
+    """Draw the learning curves of several evaluations to a PNG file: one row of panels per task,
+    every optimizer of a task on its row's shared axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
     tasks = sorted({r.task for r in results})
+    fig, grid = plt.subplots(len(tasks), 3, figsize=(15, 3.8 * len(tasks)), squeeze=False)
+    for task, axes in zip(tasks, grid):
+        _plot_task([r for r in results if r.task == task], axes, smooth)
+        if len(tasks) > 1:
+            for ax in axes:
+                ax.set_title(f"{task}: {ax.get_title()}", fontsize=9)
+    fig.suptitle(tasks[0] if len(tasks) == 1 else f"{len(tasks)} tasks, one row each")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def _plot_task(results: list[Evaluation], axes: Any, smooth: int) -> None:
+    """One task's row: training loss, test loss and test accuracy of each evaluation."""
     for r in results:
         label = r.name if r.learning_rate is None else f"{r.name} (lr {r.learning_rate:.3g})"
-        if len(tasks) > 1:
-            label = f"{label} — {r.task}"
         mean = np.nanmean(r.minibatch_loss, axis=0)
         x = np.arange(1, len(mean) + 1)
         axes[0].plot(x, _smooth(mean, _window(len(mean), smooth)), label=label)
@@ -199,13 +213,6 @@ def plot_evaluations(results: list[Evaluation], out: Path, smooth: int = 0) -> P
             axes[0].set_ylim(bottom, top)
             axes[1].set_ylim(bottom, top)
     axes[2].legend(fontsize=8)
-    title = tasks[0] if len(tasks) == 1 else "several tasks"
-    fig.suptitle(title)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
 
 
 def _with_suffix(out: Path, suffix: str) -> Path:

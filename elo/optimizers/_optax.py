@@ -1,13 +1,19 @@
 """Use a learned optimizer as an ordinary optax transformation."""
 
+import functools
 import math
 import numbers
-from typing import Any
+import threading
+import warnings
+from typing import Any, Literal
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+from jax.core import Tracer
 from jaxtyping import Array
 
 from .._custom_types import Params, Updates
@@ -17,6 +23,7 @@ from ._preprocess import check_float_leaves
 
 
 MAX_NUM_STEPS = 2**31 - 1
+AFTER_END = ("warn", "hold", "stop", "error")
 
 
 def _is_none(x: Any) -> bool:
@@ -54,6 +61,78 @@ def _check_learning_rate(learning_rate: Any) -> float:
             "schedule, chain with `optax.scale_by_schedule`."
         )
     return float(learning_rate)
+
+
+def _check_after_end(after_end: Any) -> None:
+    if not isinstance(after_end, str) or after_end not in AFTER_END:
+        raise ValueError(
+            f"as_optax(after_end=...) must be one of {', '.join(map(repr, AFTER_END))} (what "
+            f"updates past num_steps do); got {after_end!r}."
+        )
+
+
+def _learning_rate(lo: AbstractLearnedOptimizer, step: int, num_steps: int) -> float:
+    # The schedule depends on static fields only, so it has a value even inside a jit trace.
+    with jax.ensure_compile_time_eval():
+        return float(lo.learning_rate(jnp.int32(step), jnp.int32(num_steps)))
+
+
+def _last_stepping_step(lo: AbstractLearnedOptimizer, num_steps: int) -> int:
+    """The last step `t < num_steps` whose learning rate is nonzero, searched back from
+    `num_steps - 1` (doubling the distance, then bisecting: a schedule's zero tail is one
+    stretch); `num_steps - 1` when no step found has a nonzero rate."""
+    last = num_steps - 1
+    if _learning_rate(lo, last, num_steps) > 0:
+        return last
+    zero, gap = last, 1
+    while True:
+        t = max(last - gap, 0)
+        if _learning_rate(lo, t, num_steps) > 0:
+            break
+        if t == 0:
+            return last
+        zero, gap = t, 2 * gap
+    while zero - t > 1:
+        mid = (t + zero) // 2
+        if _learning_rate(lo, mid, num_steps) > 0:
+            t = mid
+        else:
+            zero = mid
+    return t
+
+
+class _PastEndReport:
+    """The message of `after_end="warn"`/`"error"`, and the warning given once per
+    transformation (from the host, also when called back from a compiled program)."""
+
+    def __init__(self, owner: str, num_steps: int, final_rate: float):
+        self.num_steps = num_steps
+        if final_rate > 0:
+            outcome = "each later update repeats the last scheduled one"
+        else:
+            outcome = "its step has decayed to 0, so the parameters no longer move"
+        self.message = (
+            f"as_optax({owner}, num_steps={num_steps}): an update past num_steps; the learned "
+            f"optimizer's schedule has ended and {outcome}. Give num_steps the run's length in "
+            "updates (not epochs; a resumed run counts the updates before it), or choose "
+            "after_end='hold', 'stop' or 'error'."
+        )
+        self._warned = False
+        self._lock = threading.Lock()
+
+    def warn(self, count: Any = None) -> None:
+        if count is not None and not np.any(np.asarray(count) >= self.num_steps):
+            return
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        warnings.warn(self.message, UserWarning, stacklevel=3)
+
+
+def _warn_past_end(report: _PastEndReport, count: Any) -> None:
+    """Called back from a compiled update only past the end (see `as_optax`)."""
+    report.warn(count)
 
 
 def _nan_where_not_finite(update: Array, grad: Array) -> Array:
@@ -128,6 +207,7 @@ def as_optax(
     num_steps: int | None = None,
     learning_rate: float = 1.0,
     chunk_size: int | None = None,
+    after_end: Literal["warn", "hold", "stop", "error"] = "warn",
 ) -> optax.GradientTransformationExtraArgs:
     """Wrap a (trained) learned optimizer as an `optax.GradientTransformationExtraArgs`.
 
@@ -160,10 +240,34 @@ def as_optax(
     `optax.apply_if_finite(as_optax(...), max_consecutive_errors)` can skip such steps and train
     on. (An infinite gradient overflows the statistics of its tensor.)
 
-    **Past `num_steps`.** Updates after the first `num_steps` are computed as the last scheduled
-    one is: the optimizer sees step `num_steps - 1` (its learning-rate schedule and
-    [`elo.SmallFC`][]'s time features stay there), while the gradient statistics keep updating
-    and the state's step counter keeps counting.
+    **Past `num_steps`.** The learned optimizer's schedule ends at `num_steps`: the shipped
+    Celo2s ([`elo.pretrained`][]`("celo2_8x8")`) decay their step to exactly 0 there, so a run
+    given its length in epochs, or resumed with a fresh count, would silently stop training.
+    `after_end` says what updates numbered `num_steps` and later do:
+
+    - `"warn"` (default): as `"stop"`, and a `UserWarning` the first time it happens (once
+      per transformation).
+    - `"stop"`: the schedule stops at its end, silently: each update is computed as the last
+      scheduled one (step `num_steps - 1`: the learning-rate schedule and [`elo.SmallFC`][]'s
+      time features stay there), as an optax schedule holds its final value. With a step
+      that decays to 0 the parameters stop moving; with a constant one (`small_fc_mnist8`'s)
+      they keep moving at it.
+    - `"hold"`: each update is computed as that of the last step whose learning rate is
+      nonzero. After a cosine decay to 0 that step is tiny (for `celo2_8x8` and
+      `num_steps=1000`, about $3 \\cdot 10^{-6}$ of its peak): the way to keep training is to
+      give `num_steps` the real length of the run.
+    - `"error"`: raise. Called eagerly, `update` raises a `ValueError`; compiled, it raises
+      through `eqx.error_if` (an `eqx.EquinoxRuntimeError` under `eqx.filter_jit`, a JAX
+      runtime error carrying the message under `jax.jit`), so do not use it inside
+      `jax.shard_map`.
+
+    In every case the gradient statistics keep updating and the state's step counter keeps
+    counting. The step counter is traced inside `jax.jit`, so the end cannot be seen while
+    tracing: called eagerly, `update` checks it on the host; compiled, `"warn"` adds a
+    `jax.lax.cond` on the counter (one predicate for a whole `jax.vmap` batch) whose branch
+    taken past the end makes a `jax.debug.callback`, so the host is called back only past the
+    end, never during the scheduled steps, and nothing is retraced. `"hold"` and `"stop"` add
+    no check at all: choose one of them for a compiled loop that must hold no host callback.
 
     **Frozen and masked parameters.** A `None` leaf in the gradients (as `eqx.filter_grad` gives
     for parameters outside the filter, e.g. frozen layers) gets a `None` update and leaves that
@@ -223,6 +327,8 @@ def as_optax(
     - `chunk_size`: elements of a large tensor processed at once, a positive int, or `None`
       for the default (32768 on CPU, $2^{22}$ elsewhere). Lower it if the update runs out of
       memory; raise it on an accelerator with memory to spare.
+    - `after_end`: what updates past `num_steps` do, `"warn"`, `"stop"`, `"hold"` or
+      `"error"` (see above).
 
     **Returns:**
 
@@ -235,7 +341,39 @@ def as_optax(
     num_steps = _check_num_steps(num_steps)
     learning_rate = _check_learning_rate(learning_rate)
     chunk_size = check_chunk_size(chunk_size, owner="as_optax")
+    _check_after_end(after_end)
     owner = type(lo).__name__
+    if after_end == "hold":
+        hold_step = _last_stepping_step(lo, num_steps)
+    else:
+        hold_step = num_steps - 1
+    if after_end in ("warn", "error"):
+        report = _PastEndReport(owner, num_steps, _learning_rate(lo, num_steps - 1, num_steps))
+    else:
+        report = None
+
+    def check_end(count: Any, end: Any) -> Any:
+        """`after_end="warn"`/`"error"`: the count, checked against the end."""
+        if report is None:
+            return count
+        warn = functools.partial(_warn_past_end, report)
+        if not isinstance(count, Tracer) and not isinstance(end, Tracer):
+            if int(count) >= int(end):
+                if after_end == "error":
+                    raise ValueError(report.message)
+                report.warn()
+            return count
+        past_end = count >= end
+        if after_end == "error":
+            return eqx.error_if(count, past_end, report.message)
+        # One predicate for a whole batch: under `jax.vmap` a batched one would run both
+        # branches, and so the callback, at every step.
+        jax.lax.cond(
+            eqxi.unvmap_any(past_end),
+            lambda: jax.debug.callback(warn, count),
+            lambda: None,
+        )
+        return count
 
     def init_fn(params: Params) -> Any:
         try:
@@ -258,14 +396,17 @@ def as_optax(
             )
         check_float_leaves(updates, what="updates")
         grads = updates
-        # Past `num_steps` the optimizer computes every update as it did the last scheduled one
-        # (its time features and schedule at step num_steps - 1); the counter goes on. Only here:
-        # meta-training's inner problems (resumed by the buffer) keep their own step.
+        # Past `num_steps` the optimizer computes every update as it did step num_steps - 1 (or
+        # `hold_step`): its time features and schedule stay there; the counter goes on. Only
+        # here: meta-training's inner problems (resumed by the buffer) keep their own step.
         if not any(g is not None for g in jax.tree.leaves(grads, is_leaf=_is_none)):
             return grads, state  # nothing to train: the state stays as it is
-        count = state.iteration
+        count = check_end(state.iteration, state.num_steps)
         last = jnp.maximum(state.num_steps - 1, 0)
-        state = eqx.tree_at(lambda s: s.iteration, state, jnp.minimum(count, last))
+        scheduled = jnp.minimum(count, last)
+        if after_end == "hold":
+            scheduled = jnp.where(count >= state.num_steps, hold_step, scheduled)
+        state = eqx.tree_at(lambda s: s.iteration, state, scheduled)
         updates, state = _update_present(lo, grads, state, params, chunk_size)
         state = eqx.tree_at(lambda s: s.iteration, state, count + 1)
         updates = jax.tree.map(_nan_where_not_finite, updates, grads)

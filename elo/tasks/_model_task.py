@@ -52,7 +52,25 @@ def _as_split(where: str, split: Any) -> PyTree:
         )
     if arrays[0].shape[0] < 1:
         raise ValueError(f"{where} has no examples (leading axis 0); give at least one.")
+    for (path, _), array in zip(leaves, arrays):
+        _check_finite(f"{where}{_keystr(path)}", array)
     return jax.tree_util.tree_unflatten(treedef, arrays)
+
+
+def _check_finite(where: str, array: Array) -> None:
+    """Refuse NaN and infinities: in the train split they make the run's loss NaN, in the
+    validation or test split the reported loss."""
+    if not jnp.issubdtype(array.dtype, jnp.inexact):
+        return
+    finite = jnp.isfinite(array).reshape(array.shape[0], -1).all(axis=1)
+    bad = int(array.shape[0] - jnp.count_nonzero(finite))
+    if bad:
+        first = int(jnp.argmin(finite))
+        examples = "example" if bad == 1 else "examples"
+        raise ValueError(
+            f"{where} has NaN or infinite values in {bad} {examples} (the first is example "
+            f"{first}); drop or impute them before building the task."
+        )
 
 
 def _row_spec(split: PyTree) -> list[tuple[str, tuple[int, ...], str]]:
@@ -126,8 +144,8 @@ class ModelTask(AbstractTask):
       examples: whole-split evaluation averages it over chunks.
     - `data`: `{"train": ..., "validation": ..., "test": ...}`, each a pytree of arrays
       (numpy or JAX) with one row per example along the leading axis; every split has the
-      same leaves. Converted to device arrays once.
-    - `batch_size`: examples per minibatch (positive).
+      same leaves, and no NaN or infinite values. Converted to device arrays once.
+    - `batch_size`: examples per minibatch, at most the size of the train split.
     - `name`: the task's name in configs, checkpoints and results (default: the model's
       class name); no `@`, `,` or `:`.
     - `eval_split`: the split `eval_loss` draws from, `"test"` (default) or `"validation"`.
@@ -200,6 +218,13 @@ class ModelTask(AbstractTask):
                 f"ModelTask.name must be a non-empty string without '@', ',' or ':', got {name!r}."
             )
         splits = _check_data(data)
+        num_train = _num_examples(splits["train"])
+        if batch_size > num_train:
+            raise ValueError(
+                f"ModelTask.batch_size={batch_size} is larger than the train split "
+                f"({num_train} examples), so every minibatch would repeat examples; pass "
+                f"batch_size <= {num_train}."
+            )
         self.name = name
         self.model = model
         self.make_model = make_model
@@ -213,12 +238,20 @@ class ModelTask(AbstractTask):
             self._check_scalar("accuracy", accuracy)
         if max_loss is None:
             self.max_loss = math.inf
-            max_loss = 1.5 * _initial_loss(self)
-            if not (math.isfinite(max_loss) and max_loss > 0):
+            initial = _initial_loss(self)
+            if not math.isfinite(initial):
                 raise ValueError(
-                    f"ModelTask needs a positive, finite training loss at initialisation to "
-                    f"bound the normalised loss, got {max_loss / 1.5}; pass max_loss=..."
+                    f"ModelTask's training loss at initialisation is {initial} on finite data: "
+                    "the model or the loss computes a non-finite value (e.g. log(0)); fix it "
+                    "(max_loss=... would not make the run finite)."
                 )
+            if initial <= 0:
+                raise ValueError(
+                    "ModelTask bounds the normalised loss by 1.5 times the training loss at "
+                    f"initialisation, which is {initial} (not positive); pass max_loss=..., a "
+                    "positive bound on the loss."
+                )
+            max_loss = 1.5 * initial
         elif not (is_finite_number(max_loss) and max_loss > 0):
             raise ValueError(f"ModelTask.max_loss must be a positive number, got {max_loss!r}.")
         self.max_loss = float(max_loss)
