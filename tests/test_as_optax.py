@@ -200,6 +200,7 @@ def test_none_gradients_are_passed_through(cls):
     assert jax.tree.leaves(updates) == [] and same_state is state3
 
 
+@pytest.mark.slow
 def test_masked_and_multi_transform():
     params, loss = mlp_problem()
     lo = hand_designed(SmallFC)

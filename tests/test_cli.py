@@ -697,6 +697,7 @@ def test_records_that_are_not_sessions_are_left_out(tmp_path):
     assert elo.read_sessions(tmp_path) == [good]
 
 
+@pytest.mark.slow
 def test_only_process_0_records_a_session(tmp_path, monkeypatch):
     """In a run of several processes the others write nothing into the run directory."""
     monkeypatch.setattr(jax, "process_index", lambda: 1)

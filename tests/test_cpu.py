@@ -31,6 +31,7 @@ def test_splits_the_cpu_into_the_requested_devices_and_particles_follow():
     assert result.stdout.split() == ["3"]
 
 
+@pytest.mark.slow
 def test_default_is_one_device_per_available_core():
     result = _run("import elo, jax\nprint(elo.use_cpu_cores(), len(jax.devices()))")
     assert result.returncode == 0, result.stderr

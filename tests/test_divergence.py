@@ -100,6 +100,7 @@ def test_diverging_problems_are_ended_reset_counted_and_never_buffered():
     assert np.all(values <= bound * (1 + 1e-6)), (values, bound)
 
 
+@pytest.mark.slow
 def test_without_the_rule_problems_climb_and_are_buffered_above_the_bound():
     """The same run with the rule off (the reference): nothing is ended early, and the buffer
     holds states above the bound; this is what the test above would catch."""
@@ -109,6 +110,7 @@ def test_without_the_rule_problems_climb_and_are_buffered_above_the_bound():
     assert np.any(values > bound)
 
 
+@pytest.mark.slow
 def test_patience_delays_the_end():
     quick = sum(h["diverged"] for h in run(config(divergence_factor=4.0), 8)[0])
     patient = run(config(divergence_factor=4.0, divergence_patience=30), 8)[0]

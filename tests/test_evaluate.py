@@ -87,6 +87,7 @@ def test_summary_and_json_roundtrip(task):
     assert back.learning_rate == 0.5 and back.seeds == (0, 1)
 
 
+@pytest.mark.slow
 def test_lr_sweep_selects_the_lowest_final_train_loss_and_never_a_divergent_one(task):
     rates = [1e-3, 0.3, 1e30]
     best, results = lr_sweep("sgd", task, num_steps=6, seeds=2, eval_every=3, learning_rates=rates)
@@ -138,6 +139,7 @@ def test_conv3x3_is_a_same_padded_convolution():
     np.testing.assert_allclose(conv3x3(x, w), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_conv_task_shapes_and_initial_loss():
     task = elo.tasks.get_task("conv-c16-d2_cifar10-8x8x3", batch_size=32)
     assert isinstance(task, elo.tasks.ConvImageTask)

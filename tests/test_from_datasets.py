@@ -59,6 +59,7 @@ def test_pil_images_and_a_class_label_feature():
     assert np.array_equal(np.asarray(data.train.images[0]), np.asarray(pictures[0]).reshape(-1))
 
 
+@pytest.mark.slow
 def test_float_images_are_used_as_they_are_and_train():
     dd = images_dict(48, (4, 4, 3), classes=5, dtype=np.float32)
     data = elo.tasks.image_dataset(dd, name="floaty", validation_fraction=0.25)
