@@ -133,7 +133,7 @@ def test_heartbeat_is_logged_per_step(caplog):
 
 
 def test_watchdog_names_the_peers_behind(monkeypatch):
-    import elo.distributed as dist
+    import elo._runtime._distributed as dist
 
     monkeypatch.setattr(jax, "process_count", lambda: 3)
     monkeypatch.setattr(jax, "process_index", lambda: 0)
