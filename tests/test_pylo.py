@@ -486,7 +486,7 @@ def test_pretrained_downloads_hub_names(tmp_path, monkeypatch):
         return str(path)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
-    monkeypatch.setattr("elo._pretrained._unreachable", lambda url, timeout: None)
+    monkeypatch.setattr("elo._files._pretrained._unreachable", lambda url, timeout: None)
     monkeypatch.delenv("ELO_HUB_DIR", raising=False)
     assert bitwise_equal(elo.pretrained("hf:someone/elo"), lo)
     assert calls == [("someone/elo", "model.safetensors"), ("someone/elo", "config.json")]
