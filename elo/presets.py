@@ -26,8 +26,8 @@ def _check_overrides(overrides: dict[str, Any]) -> None:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"did you mean {close[0]!r}?" if close else "it is no MetaConfig field."
             raise TypeError(
-                f"Unknown keyword argument {name!r} for an elo preset; {hint} The presets take "
-                "elo.MetaConfig fields (dataclasses.fields(elo.MetaConfig) lists them)."
+                f"An elo preset got an unexpected keyword argument {name!r}; {hint} The presets "
+                "take elo.MetaConfig fields (dataclasses.fields(elo.MetaConfig) lists them)."
             )
 
 

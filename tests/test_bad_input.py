@@ -411,9 +411,9 @@ def test_validate_task_without_validate_every_is_refused(tmp_path, capsys):
 def test_presets_suggest_the_field_for_a_misspelt_keyword(preset):
     with pytest.raises(
         TypeError,
-        match=r"^Unknown keyword argument 'num_partciles' for an elo preset; did you mean "
+        match=r"^An elo preset got an unexpected keyword argument 'num_partciles'; did you mean "
         r"'num_particles'\? The presets take elo\.MetaConfig fields",
     ):
         elo.presets.PRESETS[preset](num_partciles=4)
-    with pytest.raises(TypeError, match=r"'zzz' for an elo preset; it is no MetaConfig field\."):
+    with pytest.raises(TypeError, match=r"argument 'zzz'; it is no MetaConfig field\."):
         elo.presets.get_preset(preset, zzz=1)
