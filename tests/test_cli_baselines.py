@@ -27,7 +27,9 @@ def test_baselines_table_json_and_plot(tmp_path, capsys):
     assert document["environment"]["jax"] and document["environment"]["device_count"] >= 1
     names = [o["name"] for o in document["optimizers"]]
     assert names == ["adamw", str(lo_file), "sgd"]
-    assert [len(o["sweep"]) for o in document["optimizers"]] == [2, 2, 2]
+    assert document["extend_edges"] == 3
+    for o in document["optimizers"]:
+        assert len(o["sweep"]) == len(o["values"]) == 2 + sum(o["extended"])
     assert document["optimizers"][1]["hyperparameter"] == "learning_rate_multiplier"
     assert document["optimizers"][2]["schedule"] == "warmup_cosine"
     for o in document["optimizers"]:
@@ -42,6 +44,38 @@ def test_baselines_table_json_and_plot(tmp_path, capsys):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
+def test_choices_at_an_end_of_the_grid_are_extended_or_marked(tmp_path, capsys):
+    # On quadratic-d4 over 8 steps, AdamW's grid [1e-4, 1e-1] is chosen at 1e-1 and SGD's
+    # [1e-3, 1] at 1e-3 (1 diverges); the next values past those ends, 1e2 and 1e-6, lose.
+    argv = ["evaluate", "adamw", *COMMON, "--baselines", "sgd", "--sweep", "2"]
+    marked = tmp_path / "marked.json"
+    assert main([*argv, "--extend-edges", "0", "--out", str(marked)]) == 0
+    printed = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in printed.splitlines()[3:5]}
+    assert "lr 0.1 (high edge)" in rows["adamw"] and "lr 0.001 (low edge)" in rows["sgd"]
+    assert "a better one may lie beyond it" in printed
+    document = json.loads(marked.read_text())
+    assert document["extend_edges"] == 0
+    assert [o["at_edge"] for o in document["optimizers"]] == ["high", "low"]
+    assert [o["extended"] for o in document["optimizers"]] == [[False, False]] * 2
+
+    extended = tmp_path / "extended.json"
+    assert main([*argv, "--out", str(extended)]) == 0
+    printed = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in printed.splitlines()[3:5]}
+    assert "edge" not in rows["adamw"] and "1 high" in rows["adamw"]
+    assert "edge" not in rows["sgd"] and "1 low" in rows["sgd"]
+    assert "a better one may lie beyond it" not in printed
+    document = json.loads(extended.read_text())
+    adamw, sgd = document["optimizers"]
+    assert adamw["at_edge"] is None and adamw["extended"] == [False, False, True]
+    assert adamw["values"] == pytest.approx([1e-4, 1e-1, 1e2], rel=1e-12)
+    assert adamw["selected_value"] == pytest.approx(1e-1)
+    assert sgd["at_edge"] is None and sgd["extended"] == [True, False, False]
+    assert sgd["values"] == pytest.approx([1e-6, 1e-3, 1.0], rel=1e-12)
+    assert [s["extended"] for s in sgd["sweep"]] == [True, False, False]
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
@@ -50,6 +84,12 @@ def test_baselines_table_json_and_plot(tmp_path, capsys):
         (["--baselines", "muon", "--sweep", "0"], "--sweep must be a positive integer, got 0"),
         (["--sweep", "3"], "--sweep applies with --baselines"),
         (["--baselines", "muon", "--lr", "0.1"], "drop --lr and --lr-sweep"),
+        (["--extend-edges", "2"], "--extend-edges applies with --baselines"),
+        (
+            ["--baselines", "muon", "--extend-edges", "-1"],
+            "--extend-edges must be a non-negative integer, got -1",
+        ),
+        (["--baselines", "muon", "--sweep", "1"], "pass --sweep 2 or more, or --extend-edges 0"),
     ],
 )
 def test_bad_baseline_flags_are_one_line(extra, message, capsys):

@@ -127,7 +127,13 @@ def test_steps_to_target():
 @pytest.mark.slow
 def test_compare_tunes_adamw_first_and_counts_steps_to_its_final_loss(lo):
     result = elo.compare(
-        ["sgd", lo], QUADRATIC, num_steps=8, num_values=2, eval_every=4, names=["sgd", "elo"]
+        ["sgd", lo],
+        QUADRATIC,
+        num_steps=8,
+        num_values=2,
+        extend_edges=0,
+        eval_every=4,
+        names=["sgd", "elo"],
     )
     assert [t.name for t in result.tuned] == ["adamw", "sgd", "elo"]
     assert [len(t.values) for t in result.tuned] == [2, 2, 2]
@@ -205,3 +211,134 @@ def test_tune_many_refuses_optimizers_of_different_architectures(lo):
         elo.tune_many([], QUADRATIC, num_steps=4)
     with pytest.raises(ValueError, match="one each"):
         elo.tune_many([lo, lo], QUADRATIC, num_steps=4, names=["a"])
+
+
+# On QUADRATIC over 8 steps, AdamW's final validation loss against its peak rate (measured):
+# 1e-2: 12.9, 10^-1.5: 11.0, 1e-1: 6.37, 10^-0.5: 0.99, 1: 2.13. Its best rate, 10^-0.5, lies
+# two half-decades above the grid [1e-2, 10^-1.5].
+HALF_DECADE = 10**0.5
+
+
+def test_a_grid_below_the_best_rate_is_extended_until_the_choice_is_interior():
+    tuned = elo.tune(
+        "adamw",
+        QUADRATIC,
+        num_steps=8,
+        values=[1e-2, 1e-2 * HALF_DECADE],
+        eval_every=4,
+        extend_edges=3,
+    )
+    # float64 products of the grid's own ratio: round-off of a few ulps.
+    np.testing.assert_allclose(tuned.values, [1e-2, 10**-1.5, 1e-1, 10**-0.5, 1.0], rtol=1e-12)
+    assert tuned.extended == (False, False, True, True, True)
+    assert tuned.value == tuned.values[3] and tuned.at_edge is None
+    assert [r.learning_rate for r in tuned.sweep] == list(tuned.values)
+    # An added value is run as the grid's values are: the same seeds and program.
+    alone = elo.tune("adamw", QUADRATIC, num_steps=8, values=[tuned.values[3]], eval_every=4)
+    np.testing.assert_allclose(tuned.best.minibatch_loss, alone.best.minibatch_loss, rtol=1e-5)
+    summary = json.loads(json.dumps(tuned.to_dict(), allow_nan=False))
+    assert summary["at_edge"] is None and summary["extend_edges"] == 3
+    assert summary["extended"] == [False, False, True, True, True]
+    assert [s["extended"] for s in summary["sweep"]] == summary["extended"]
+    assert summary["values"] == list(tuned.values)
+
+
+def test_a_choice_still_at_an_end_after_the_last_extension_is_marked():
+    grid = [1e-4, 1e-4 * HALF_DECADE]
+    plain = elo.tune("adamw", QUADRATIC, num_steps=8, values=grid, eval_every=4)
+    assert plain.values == tuple(grid) and plain.extended == (False, False)
+    assert plain.value == grid[1] and plain.at_edge == "high"
+    assert plain.to_dict()["at_edge"] == "high" and plain.to_dict()["extend_edges"] == 0
+    tuned = elo.tune("adamw", QUADRATIC, num_steps=8, values=grid, eval_every=4, extend_edges=3)
+    np.testing.assert_allclose(tuned.values, [1e-4, 10**-3.5, 1e-3, 10**-2.5, 1e-2], rtol=1e-12)
+    assert tuned.extended == (False, False, True, True, True)
+    assert tuned.value == tuned.values[-1] and tuned.at_edge == "high"
+    # The grid's own runs are the plain sweep's, bit for bit.
+    for extended, original in zip(tuned.sweep, plain.sweep):
+        np.testing.assert_array_equal(extended.validation_loss, original.validation_loss)
+
+
+def test_diverged_values_do_not_stop_the_extension_below_the_grid():
+    # SGD on QUADRATIC (measured): 1 and 10^0.5 diverge, then 10^-0.5: 5.0, 1e-1: 2.18,
+    # 10^-1.5: 4.47. With every value diverged the choice is the lowest, so the grid grows
+    # downwards until the choice is interior.
+    tuned = elo.tune(
+        "sgd", QUADRATIC, num_steps=8, values=[1.0, HALF_DECADE], eval_every=4, extend_edges=3
+    )
+    np.testing.assert_allclose(tuned.values, [10**-1.5, 1e-1, 10**-0.5, 1.0, 10**0.5], rtol=1e-12)
+    assert tuned.extended == (True, True, True, False, False)
+    assert tuned.diverged == (False, False, False, True, True)
+    assert tuned.value == tuned.values[1] and tuned.at_edge is None
+
+
+def test_a_one_value_grid_has_no_edge():
+    tuned = elo.tune("adamw", QUADRATIC, num_steps=8, values=[1e-2], eval_every=4)
+    assert tuned.at_edge is None and tuned.extended == (False,)
+
+
+def test_extensions_reuse_one_compiled_program(monkeypatch):
+    traced = []
+    run = elo._evaluation._evaluate.training_run
+
+    def counted(*args, **kwargs):
+        traced.append(1)
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(elo._evaluation._evaluate, "training_run", counted)
+    task = elo.tasks.QuadraticTask(7, noise_scale=0.1)  # a shape no other test compiles
+    tuned = elo.tune(
+        "adamw",
+        task,
+        num_steps=8,
+        values=[1e-4, 1e-4 * HALF_DECADE],
+        eval_every=4,
+        extend_edges=3,
+    )
+    assert sum(tuned.extended) == 3
+    # One trace for the grid and one for every added value: a re-run of one value.
+    assert len(traced) == 2
+
+
+def test_compare_extends_the_edges_by_default():
+    result = elo.compare(["sgd"], QUADRATIC, num_steps=8, num_values=2, eval_every=4)
+    for tuned in result.tuned:
+        assert tuned.extend_edges == 3
+        assert tuned.at_edge is None or sum(tuned.extended) == 3
+    # AdamW's grid [1e-4, 1e-1] is at its high end: 1e2 is added (three decades on), and
+    # diverges, so the choice 1e-1 becomes interior.
+    adamw = result.tuned[0]
+    assert adamw.extended == (False, False, True) and adamw.diverged[-1]
+    np.testing.assert_allclose(adamw.values, [1e-4, 1e-1, 1e2], rtol=1e-12)
+    assert adamw.value == pytest.approx(1e-1) and adamw.at_edge is None
+    fixed = elo.compare(["sgd"], QUADRATIC, num_steps=8, num_values=2, eval_every=4, extend_edges=0)
+    assert [len(t.values) for t in fixed.tuned] == [2, 2]
+
+
+def test_bad_extension_arguments_are_refused():
+    with pytest.raises(ValueError, match=r"extend_edges must be a non-negative integer .*got -1\."):
+        elo.tune("adamw", QUADRATIC, num_steps=4, extend_edges=-1)
+    with pytest.raises(ValueError, match="extend_edges=1 needs at least two values"):
+        elo.tune("adamw", QUADRATIC, num_steps=4, values=[1e-3], extend_edges=1)
+    with pytest.raises(ValueError, match=r"increasing order.*got \[0.1, 0.01\]"):
+        elo.tune("adamw", QUADRATIC, num_steps=4, values=[0.1, 0.01], extend_edges=1)
+    with pytest.raises(ValueError, match=r"extend_edges must be a non-negative integer .*got -2\."):
+        elo.compare(["sgd"], QUADRATIC, num_steps=4, extend_edges=-2)
+    with pytest.raises(ValueError, match="extend_edges=3 needs at least two values"):
+        elo.compare(["sgd"], QUADRATIC, num_steps=4, num_values=1)
+
+
+@pytest.mark.slow
+def test_tune_many_extends_each_optimizers_grid_as_tune_does():
+    los = [elo.SmallFC(key=jr.key(k)) for k in (1, 2)]
+    grid = [1e-3, 1e-3 * HALF_DECADE]  # multipliers far below the default step: high edge
+    many = elo.tune_many(los, QUADRATIC, num_steps=8, values=grid, eval_every=4, extend_edges=2)
+    for lo, tuned in zip(los, many):
+        alone = elo.tune(lo, QUADRATIC, num_steps=8, values=grid, eval_every=4, extend_edges=2)
+        assert sum(tuned.extended) > 0 and tuned.extend_edges == 2
+        assert tuned.values == alone.values and tuned.extended == alone.extended
+        assert tuned.selected == alone.selected and tuned.at_edge == alone.at_edge
+        for mine, theirs in zip(tuned.sweep, alone.sweep):
+            # float32 round-off only: a vmapped batch may sum in another order.
+            np.testing.assert_allclose(
+                mine.validation_loss, theirs.validation_loss, rtol=1e-5, atol=1e-6
+            )

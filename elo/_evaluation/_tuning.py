@@ -3,7 +3,7 @@
 import math
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -114,6 +114,9 @@ class _Scheduled(eqx.Module):
         return TUNED_BASELINES[self.name](warmup_cosine(learning_rate, self.num_steps))
 
 
+Edge = Literal["low", "high"]
+
+
 class Tuned(eqx.Module):
     """An optimizer tuned on a task: one run per swept value, the chosen one selected on the
     validation split. The result of [`elo.tune`][] (one per optimizer: [`elo.tune_many`][]).
@@ -124,11 +127,16 @@ class Tuned(eqx.Module):
     - `hyperparameter`: `"learning_rate"` (the peak of a tuned baseline's warmup + cosine
       schedule) or `"learning_rate_multiplier"` (a learned optimizer's, see
       [`elo.as_optax`][]).
-    - `values`: the swept values, in grid order.
+    - `values`: the swept values, in grid order: the values added below the grid's first
+      value, the grid, then those added above its last.
     - `sweep`: one [`elo.Evaluation`][] per value.
     - `selected`: the index of the chosen value: the lowest final validation loss (mean over
       seeds) among the values that did not diverge ([`elo.Evaluation.diverged`][]); 0 when
       every value diverged.
+    - `extended`: for each value, whether it was added past an end of the grid (see
+      `extend_edges`).
+    - `extend_edges`: the most values that could be added past each end of the grid (the
+      argument of [`elo.tune`][]; 0: the grid alone).
     """
 
     name: str
@@ -136,6 +144,15 @@ class Tuned(eqx.Module):
     values: tuple[float, ...]
     sweep: tuple[Evaluation, ...]
     selected: int
+    extended: tuple[bool, ...]
+    extend_edges: int
+
+    def __check_init__(self):
+        if not (len(self.values) == len(self.sweep) == len(self.extended)):
+            raise ValueError(
+                f"Tuned has {len(self.values)} values, {len(self.sweep)} evaluations and "
+                f"{len(self.extended)} extension flags; give one of each per swept value."
+            )
 
     @property
     def best(self) -> Evaluation:
@@ -152,15 +169,32 @@ class Tuned(eqx.Module):
         """Whether the run of each value diverged."""
         return tuple(r.diverged() for r in self.sweep)
 
+    @property
+    def at_edge(self) -> Edge | None:
+        """Whether the chosen value is at an end of the swept values, after any extension:
+        `"low"` when it is the lowest, `"high"` when it is the highest (the best value may lie
+        beyond it), `None` when it is interior or only one value was swept."""
+        low, high = min(self.values), max(self.values)
+        if low == high:
+            return None
+        if self.value == low:
+            return "low"
+        if self.value == high:
+            return "high"
+        return None
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable summary: the sweep (value, validation score, divergence, final
-        and best values of each run) and the chosen run's full evaluation."""
+        """A JSON-serialisable summary: the sweep (value, whether it was added past an end of
+        the grid, validation score, divergence, final and best values of each run), whether the
+        choice is at an end of the swept values (`at_edge`), and the chosen run's full
+        evaluation."""
         sweep = []
-        for value, result in zip(self.values, self.sweep):
+        for value, extended, result in zip(self.values, self.extended, self.sweep):
             summary = result.to_dict()
             sweep.append(
                 {
                     "value": value,
+                    "extended": extended,
                     "score": _finite_or_none(selection_score(result, "validation_loss")),
                     "diverged": summary["diverged"],
                     "final": summary["final"],
@@ -172,7 +206,10 @@ class Tuned(eqx.Module):
             "hyperparameter": self.hyperparameter,
             "schedule": "warmup_cosine" if self.hyperparameter == "learning_rate" else None,
             "values": list(self.values),
+            "extend_edges": self.extend_edges,
+            "extended": list(self.extended),
             "selected_value": self.value,
+            "at_edge": self.at_edge,
             "final_test_loss": _finite_or_none(self.best.final("test_loss")[0]),
             "best_test_loss": _finite_or_none(self.best.best("test_loss")[0]),
             "diverged": list(self.diverged),
@@ -215,6 +252,28 @@ def _check_values(values: Any, field: str) -> list[float]:
     return floats
 
 
+def _check_extension(extend_edges: Any, grid_values: list[float]) -> int:
+    """`extend_edges`, checked against the grid whose ends it extends."""
+    if not is_int_at_least(extend_edges, 0):
+        raise ValueError(
+            "extend_edges must be a non-negative integer (the most values added past each end "
+            f"of the grid), got {extend_edges!r}."
+        )
+    if extend_edges > 0 and len(grid_values) < 2:
+        raise ValueError(
+            f"extend_edges={extend_edges} needs at least two values, whose spacing the added "
+            f"values continue; got {grid_values}. Sweep more values (num_values), or pass "
+            "extend_edges=0."
+        )
+    if extend_edges > 0 and any(a >= b for a, b in zip(grid_values, grid_values[1:])):
+        raise ValueError(
+            f"extend_edges={extend_edges} adds values past the first and last values of the "
+            f"grid, which must be in increasing order; got {grid_values}. Sort them, or pass "
+            "extend_edges=0."
+        )
+    return extend_edges
+
+
 def tune(
     optimizer: AbstractLearnedOptimizer | str,
     task: AbstractTask | str,
@@ -222,6 +281,7 @@ def tune(
     num_steps: int,
     num_values: int = 7,
     values: Sequence[float] | None = None,
+    extend_edges: int = 0,
     seeds: int | Sequence[int] = 1,
     eval_every: int | None = None,
     name: str | None = None,
@@ -238,6 +298,15 @@ def tune(
     those that did not diverge; the test split is never looked at, so the chosen run's test
     numbers stay held out.
 
+    A choice at an end of the grid may be the grid's fault rather than the optimizer's. With
+    `extend_edges`, while the choice is the lowest (highest) value, the next value below
+    (above) it is swept too, at the grid's own log spacing there (the ratio of its two
+    outermost values at that end), with the same seeds, and the choice is made again, at most
+    `extend_edges` times per end. A diverged value is never the choice, so it never stops an
+    extension; when every value diverges the choice is the lowest, and the grid grows
+    downwards. A choice still at an end is marked: [`elo.Tuned.at_edge`][]. The added values
+    share one compiled program (one value at a time), compiled once.
+
     **Arguments:**
 
     - `optimizer`: a tuned baseline's name or a learned optimizer.
@@ -247,6 +316,8 @@ def tune(
       learning rates $10^{-4}$ to $10^{-1}$ for AdamW, $10^{-3}$ to 1 for Muon and SGD;
       multipliers 0.1 to 10 for a learned optimizer).
     - `values`: the grid itself, instead.
+    - `extend_edges`: the most values added past each end of the grid (default 0: the grid
+      alone). Needs a grid of at least two values, in increasing order.
     - `seeds`, `eval_every`, `batch_size`, `data_dir`: as for [`elo.evaluate`][].
     - `name`: a label (default: the baseline's name or the learned optimizer's class).
 
@@ -257,8 +328,10 @@ def tune(
     !!! example
 
         ```python
-        adamw = elo.tune("adamw", "mlp-w128-d3_fashionmnist-8x8x1", num_steps=1000, seeds=3)
-        print(adamw.value, adamw.best.final("test_loss"))
+        adamw = elo.tune(
+            "adamw", "mlp-w128-d3_fashionmnist-8x8x1", num_steps=1000, seeds=3, extend_edges=3
+        )
+        print(adamw.value, adamw.at_edge, adamw.best.final("test_loss"))
         ```
     """
     eval_every, seed_values = _check_run_args(num_steps, eval_every, seeds)
@@ -274,19 +347,16 @@ def tune(
             f"{', '.join(TUNED_BASELINES)}."
         )
     grid_values = _grid_values(values, num_values, grid)
+    extend_edges = _check_extension(extend_edges, grid_values)
     task = _resolve_task(task, batch_size, data_dir)
+    keys = _seed_keys(seed_values)
     losses, measured = _train(
-        task,
-        make,
-        jnp.asarray(grid_values, jnp.float32),
-        _seed_keys(seed_values),
-        num_steps,
-        eval_every,
-        True,
+        task, make, jnp.asarray(grid_values, jnp.float32), keys, num_steps, eval_every, True
     )
     label = label if name is None else name
     run = (task, num_steps, eval_every, seed_values)
-    return _tuned(label, hyperparameter, grid_values, run, losses, measured)
+    tuned = _tuned(label, hyperparameter, grid_values, run, losses, measured, extend_edges)
+    return _extend(tuned, run, make, keys)
 
 
 def _tuned(
@@ -296,32 +366,80 @@ def _tuned(
     run: tuple[AbstractTask, int, int, tuple[int, ...]],
     losses: Any,
     measured: Any,
+    extend_edges: int,
 ) -> Tuned:
     """A `Tuned` from the swept runs' curves (leading axis: the values), chosen on validation."""
-    task, num_steps, eval_every, seed_values = run
     losses, measured = jax.device_get((losses, measured))
-    rate = hyperparameter == "learning_rate"
     sweep = tuple(
-        _result(
-            label,
-            task,
-            num_steps,
-            eval_every,
-            seed_values,
-            v if rate else None,
-            losses[i],
-            measured[i],
-        )
+        _evaluation(label, hyperparameter, v, run, losses[i], measured[i])
         for i, v in enumerate(grid_values)
     )
-    scores = [math.inf if r.diverged() else selection_score(r, "validation_loss") for r in sweep]
     return Tuned(
         name=label,
         hyperparameter=hyperparameter,
         values=tuple(grid_values),
         sweep=sweep,
-        selected=int(np.argmin(scores)),
+        selected=_select(sweep),
+        extended=(False,) * len(sweep),
+        extend_edges=extend_edges,
     )
+
+
+def _evaluation(
+    label: str,
+    hyperparameter: str,
+    value: float,
+    run: tuple[AbstractTask, int, int, tuple[int, ...]],
+    losses: Any,
+    measured: Any,
+) -> Evaluation:
+    task, num_steps, eval_every, seed_values = run
+    learning_rate = value if hyperparameter == "learning_rate" else None
+    return _result(label, task, num_steps, eval_every, seed_values, learning_rate, losses, measured)
+
+
+def _select(sweep: Sequence[Evaluation]) -> int:
+    """The index of the lowest final validation loss among the runs that did not diverge."""
+    scores = [math.inf if r.diverged() else selection_score(r, "validation_loss") for r in sweep]
+    return int(np.argmin(scores))
+
+
+def _extend(
+    tuned: Tuned,
+    run: tuple[AbstractTask, int, int, tuple[int, ...]],
+    make: Callable[[Any], optax.GradientTransformation],
+    keys: Any,
+) -> Tuned:
+    """`tuned` with values added past the end of the swept values where its choice lies, one
+    at a time (each run with `make` on the same seeds) and the choice made again, until it is
+    interior or `tuned.extend_edges` values were added past that end."""
+    task, num_steps, eval_every, _ = run
+    added = {"low": 0, "high": 0}
+    while (edge := tuned.at_edge) is not None and added[edge] < tuned.extend_edges:
+        values = tuned.values
+        if edge == "low":
+            value = values[0] * (values[0] / values[1])
+        else:
+            value = values[-1] * (values[-1] / values[-2])
+        # One value at a time keeps one shape: every addition reuses one compiled program.
+        losses, measured = _train(
+            task, make, jnp.asarray([value], jnp.float32), keys, num_steps, eval_every, True
+        )
+        losses, measured = jax.device_get((losses, measured))
+        result = _evaluation(tuned.name, tuned.hyperparameter, value, run, losses[0], measured[0])
+        if edge == "low":
+            values, sweep = (value, *values), (result, *tuned.sweep)
+            extended = (True, *tuned.extended)
+        else:
+            values, sweep = (*values, value), (*tuned.sweep, result)
+            extended = (*tuned.extended, True)
+        tuned = eqx.tree_at(
+            lambda t: (t.values, t.sweep, t.selected, t.extended),
+            tuned,
+            (values, sweep, _select(sweep), extended),
+        )
+        added[edge] += 1
+    return tuned
 
 
 def tune_many(
@@ -331,6 +449,7 @@ def tune_many(
     num_steps: int,
     num_values: int = 7,
     values: Sequence[float] | None = None,
+    extend_edges: int = 0,
     seeds: int | Sequence[int] = 1,
     eval_every: int | None = None,
     names: Sequence[str] | None = None,
@@ -339,21 +458,23 @@ def tune_many(
 ) -> tuple[Tuned, ...]:
     """Tune several learned optimizers of one architecture on a task in one compiled program.
 
-    The same as [`elo.tune`][] on each optimizer in turn (the same grid, seeds and choice on
-    the validation split; equal up to float rounding), but the optimizers' weights are stacked
-    and `jax.vmap`ped over alongside the values and seeds, so an accelerator trains
-    `len(optimizers) * len(values) * seeds` runs at once where `elo.tune` would leave it mostly
-    idle. (Compilation is shared either way: `elo.tune` on checkpoints of one architecture
-    reuses its compiled program.) On a CPU, whose cores the vmapped values and seeds already
-    keep busy, expect little gain; every optimizer's runs are held in memory together.
+    The same as [`elo.tune`][] on each optimizer in turn (the same grid, seeds, extension of
+    the grid's ends and choice on the validation split; equal up to float rounding), but the
+    optimizers' weights are stacked and `jax.vmap`ped over alongside the values and seeds, so
+    an accelerator trains `len(optimizers) * len(values) * seeds` runs at once where
+    `elo.tune` would leave it mostly idle. (Compilation is shared either way: `elo.tune` on
+    checkpoints of one architecture reuses its compiled program.) On a CPU, whose cores the
+    vmapped values and seeds already keep busy, expect little gain; every optimizer's runs are
+    held in memory together. Values added past the grid's ends (`extend_edges`) differ from
+    optimizer to optimizer and are run one optimizer at a time, as `elo.tune` runs them.
 
     **Arguments:**
 
     - `optimizers`: learned optimizers that differ only in their weights: the same class, the
       same hyperparameters and the same array shapes (e.g. checkpoints of meta-training runs
       of one preset).
-    - `task`, `num_steps`, `num_values`, `values`, `seeds`, `eval_every`, `batch_size`,
-      `data_dir`: as for [`elo.tune`][].
+    - `task`, `num_steps`, `num_values`, `values`, `extend_edges`, `seeds`, `eval_every`,
+      `batch_size`, `data_dir`: as for [`elo.tune`][].
     - `names`: labels, one per optimizer (default: the class name).
 
     **Returns:**
@@ -373,21 +494,36 @@ def tune_many(
     stacked, skeleton = _stack_optimizers(optimizers)
     labels = _labels(optimizers, names)
     grid_values = _grid_values(values, num_values, "learned")
+    extend_edges = _check_extension(extend_edges, grid_values)
     task = _resolve_task(task, batch_size, data_dir)
+    keys = _seed_keys(seed_values)
     losses, measured = _train_stacked(
         task,
         stacked,
         skeleton,
         jnp.asarray(grid_values, jnp.float32),
-        _seed_keys(seed_values),
+        keys,
         num_steps,
         eval_every,
     )
     losses, measured = jax.device_get((losses, measured))  # one transfer for every optimizer
     run = (task, num_steps, eval_every, seed_values)
     return tuple(
-        _tuned(label, "learning_rate_multiplier", grid_values, run, losses[i], measured[i])
-        for i, label in enumerate(labels)
+        _extend(
+            _tuned(
+                label,
+                "learning_rate_multiplier",
+                grid_values,
+                run,
+                losses[i],
+                measured[i],
+                extend_edges,
+            ),
+            run,
+            _Learned(optimizer, num_steps),
+            keys,
+        )
+        for i, (optimizer, label) in enumerate(zip(optimizers, labels))
     )
 
 
@@ -478,8 +614,8 @@ class Comparison(eqx.Module):
     steps_to_target: tuple[int | None, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict: the settings, the target, and each optimizer's
-        [`elo.Tuned.to_dict`][] with its steps to the target."""
+        """A JSON-serialisable dict: the settings (with `extend_edges`), the target, and each
+        optimizer's [`elo.Tuned.to_dict`][] with its steps to the target."""
         first = self.tuned[0].best
         return {
             "task": self.task,
@@ -487,6 +623,7 @@ class Comparison(eqx.Module):
             "eval_every": first.eval_every,
             "seeds": list(first.seeds),
             "select": "validation_loss",
+            "extend_edges": self.tuned[0].extend_edges,
             "reference": self.tuned[0].name,
             "target_test_loss": _finite_or_none(self.target_loss),
             "optimizers": [
@@ -502,6 +639,7 @@ def compare(
     *,
     num_steps: int,
     num_values: int = 7,
+    extend_edges: int = 3,
     seeds: int | Sequence[int] = 1,
     eval_every: int | None = None,
     names: Sequence[str] | None = None,
@@ -512,12 +650,16 @@ def compare(
 
     AdamW is always tuned (added first when not given): its chosen run's final test loss is the
     target, and every optimizer is credited with the steps its own chosen run needs to reach
-    it. Every choice is made on the validation split.
+    it. Every choice is made on the validation split, and a choice at an end of its grid has
+    the grid extended past that end (up to `extend_edges` values per end, see [`elo.tune`][]);
+    one still at an end is marked ([`elo.Tuned.at_edge`][]).
 
     **Arguments:**
 
     - `optimizers`: tuned baselines' names and learned optimizers.
     - `task`: a task or its name.
+    - `extend_edges`: the most values added past each end of every optimizer's grid (default
+      3; 0 sweeps the grids alone).
     - `num_steps`, `num_values`, `seeds`, `eval_every`, `batch_size`, `data_dir`: as for
       [`elo.tune`][].
     - `names`: labels, one per optimizer (default: the baseline's name or the learned
@@ -558,6 +700,7 @@ def compare(
             task,
             num_steps=num_steps,
             num_values=num_values,
+            extend_edges=extend_edges,
             seeds=seeds,
             eval_every=eval_every,
             name=n,

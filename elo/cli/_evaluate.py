@@ -20,7 +20,13 @@ from .._evaluation._evaluate import (
     lr_sweep,
     selection_score,
 )
-from .._evaluation._tuning import compare, Comparison, COMPARISON_FORMAT, TUNED_BASELINES
+from .._evaluation._tuning import (
+    compare,
+    Comparison,
+    COMPARISON_FORMAT,
+    Tuned,
+    TUNED_BASELINES,
+)
 from .._files._framing import atomic_write
 from .._files._optimizer_file import load_optimizer
 from .._files._pretrained import available_pretrained, PRETRAINED_SCHEME
@@ -47,9 +53,11 @@ file.
 --baselines adamw,muon,sgd compares TARGET with tuned baselines instead: AdamW, Muon and SGD
 with momentum 0.9, each with linear warmup and cosine decay, their peak learning rate swept over
 --sweep values on a log grid (TARGET's learning-rate multiplier if it is a learned optimizer).
-Every choice is made on the task's VALIDATION split; the table reports the chosen setting's final
-and best test loss, how many values diverged, and the steps it needs to reach tuned AdamW's final
-test loss (AdamW is always tuned).
+Every choice is made on the task's VALIDATION split. A choice at an end of its grid has the grid
+extended past that end at the grid's own log spacing (--extend-edges values per end at most, 3);
+one still at an end is marked "edge". The table reports the chosen setting's final and best test
+loss, how many values diverged, the values added past the grid's ends, and the steps it needs to
+reach tuned AdamW's final test loss (AdamW is always tuned).
 
 examples:
   elo evaluate runs/elo --task mlp-w128-d3_fashionmnist-8x8x1 --steps 1000 --seeds 3
@@ -132,6 +140,13 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--sweep", type=int, metavar="N", help="values per optimizer with --baselines (7)"
+    )
+    parser.add_argument(
+        "--extend-edges",
+        type=int,
+        metavar="N",
+        help="with --baselines, the most values added past each end of a grid whose choice "
+        "lies there (3)",
     )
     parser.add_argument("--batch-size", type=int, default=64, help="minibatch size (64)")
     parser.add_argument("--data-dir", metavar="DIR", help="directory searched first for data")
@@ -251,6 +266,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--seeds must be a positive integer, got {args.seeds}.")
     if args.baselines is None and args.sweep is not None:
         raise CLIError("--sweep applies with --baselines; use --lr-sweep to tune TARGET alone.")
+    if args.baselines is None and args.extend_edges is not None:
+        raise CLIError("--extend-edges applies with --baselines.")
     optimizer, label, run_dir = _resolve_target(args.target)
     if args.baselines is not None:
         return _run_comparison(args, optimizer, label, run_dir)
@@ -335,11 +352,21 @@ def _baselines(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _added(tuned: Tuned) -> str:
+    """The values added past the grid's ends: e.g. `2 high`, `1 low, 1 high`, or `-`."""
+    low = next((i for i, e in enumerate(tuned.extended) if not e), 0)
+    high = sum(tuned.extended) - low
+    parts = [f"{n} {end}" for n, end in ((low, "low"), (high, "high")) if n]
+    return ", ".join(parts) or "-"
+
+
 def _comparison_rows(result: Comparison) -> list[list[str]]:
     rows = []
     for tuned, steps in zip(result.tuned, result.steps_to_target):
         value = tuned.value
         setting = f"lr {value:.3g}" if tuned.hyperparameter == "learning_rate" else f"x{value:.3g}"
+        if tuned.at_edge is not None:
+            setting += f" ({tuned.at_edge} edge)"
         diverged = sum(tuned.diverged)
         rows.append(
             [
@@ -350,6 +377,7 @@ def _comparison_rows(result: Comparison) -> list[list[str]]:
                 _fmt(tuned.best.best("test_loss")),
                 _fmt(tuned.best.final("test_accuracy"), missing="–"),
                 f"{diverged}/{len(tuned.values)}",
+                _added(tuned),
                 "never" if steps is None else str(steps),
             ]
         )
@@ -364,6 +392,7 @@ COMPARISON_HEADER = [
     "best test loss",
     "test acc",
     "diverged",
+    "added",
     "steps to AdamW",
 ]
 
@@ -379,6 +408,14 @@ def _run_comparison(args: argparse.Namespace, optimizer: Any, label: str, run_di
         raise CLIError("--baselines tunes every optimizer itself; drop --lr and --lr-sweep.")
     if args.sweep is not None and args.sweep < 1:
         raise CLIError(f"--sweep must be a positive integer, got {args.sweep}.")
+    extend_edges = 3 if args.extend_edges is None else args.extend_edges
+    if extend_edges < 0:
+        raise CLIError(f"--extend-edges must be a non-negative integer, got {extend_edges}.")
+    if extend_edges > 0 and args.sweep == 1:
+        raise CLIError(
+            "--sweep 1 leaves no grid spacing to extend past its ends: pass --sweep 2 or more, "
+            "or --extend-edges 0."
+        )
     baselines = _baselines(args.baselines)
     if isinstance(optimizer, str) and optimizer not in TUNED_BASELINES:
         raise CLIError(
@@ -399,6 +436,7 @@ def _run_comparison(args: argparse.Namespace, optimizer: Any, label: str, run_di
         args.task,
         num_steps=args.steps,
         num_values=7 if args.sweep is None else args.sweep,
+        extend_edges=extend_edges,
         seeds=args.seeds,
         eval_every=args.eval_every,
         names=names,
@@ -412,6 +450,15 @@ def _run_comparison(args: argparse.Namespace, optimizer: Any, label: str, run_di
         "chosen on the validation split; steps to AdamW: first evaluation point with a test "
         f"loss <= {result.target_loss:.4f} (tuned AdamW's final)"
     )
+    print(
+        "added: values swept past an end of the grid because the choice lay there (at most "
+        f"{extend_edges} per end)"
+    )
+    if any(t.at_edge is not None for t in result.tuned):
+        print(
+            "(low edge), (high edge): the choice is still the lowest or highest value swept; a "
+            "better one may lie beyond it"
+        )
     data = json.dumps(comparison_document(label, result), allow_nan=False).encode() + b"\n"
     try:
         atomic_write(out, [data])
