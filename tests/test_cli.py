@@ -209,6 +209,35 @@ def test_evaluate_plot_and_export(straight, tmp_path, capsys):
     assert main(["evaluate", str(eqx_out), *common, "--out", str(tmp_path / "e.json")]) == 0
 
 
+QUADRATIC_RUN = ["--task", "quadratic-d4", "--steps", "8", "--eval-every", "4"]
+
+
+def test_runs_worse_than_not_training_are_marked(tmp_path, capsys):
+    # Plain SGD at rate 0.25 on quadratic-d4 (curvatures 1 to 10) multiplies the error along the
+    # sharpest direction by |1 - 2.5| = 1.5 a step: after 8 steps the loss is far above its
+    # initial value, and finite. At 0.05 every direction contracts.
+    out = tmp_path / "worse.json"
+    assert main(["evaluate", "sgd", *QUADRATIC_RUN, "--lr", "0.25", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    row = printed.splitlines()[3]
+    assert row.startswith("sgd") and "†" in row
+    assert "† worse than not training" in printed
+    document = json.loads(out.read_text())
+    assert document["worse_than_untrained"] is True and document["final"]["test_loss"]["mean"]
+    assert document["final"]["test_loss"]["mean"] > document["curves"]["test_loss"]["mean"][0]
+
+    assert main(["evaluate", "sgd", *QUADRATIC_RUN, "--lr", "0.05", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "†" not in printed and json.loads(out.read_text())["worse_than_untrained"] is False
+
+    sweep = ["--lr-sweep", "--lr-min", "0.05", "--lr-max", "0.25", "--lr-num", "2"]
+    assert main(["evaluate", "sgd", *QUADRATIC_RUN, *sweep, "--out", str(out)]) == 0
+    rows = capsys.readouterr().out.splitlines()[3:5]
+    assert "†" not in rows[0] and "†" in rows[1]
+    document = json.loads(out.read_text())
+    assert [s["worse_than_untrained"] for s in document["sweep"]] == [False, True]
+
+
 def _copy_run(source: Path, dest: Path, names=("config.json", "checkpoint.eqx", "metrics.jsonl")):
     dest.mkdir()
     for name in names:

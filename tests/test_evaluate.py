@@ -108,6 +108,43 @@ def test_lr_sweep_selects_the_lowest_final_train_loss_and_never_a_divergent_one(
     assert by_test.learning_rate in rates[:2]
 
 
+def _with_test_loss(test_loss) -> Evaluation:
+    """An evaluation of two seeds whose only measured curve is `test_loss`."""
+    test_loss = np.asarray(test_loss, np.float32)
+    nan = np.full_like(test_loss, np.nan)
+    return Evaluation(
+        name="x",
+        task="t",
+        num_steps=2,
+        eval_every=1,
+        seeds=(0, 1),
+        learning_rate=None,
+        steps=np.asarray([0, 1, 2]),
+        minibatch_loss=np.zeros((2, 2), np.float32),
+        train_loss=nan,
+        train_accuracy=nan,
+        validation_loss=nan,
+        validation_accuracy=nan,
+        test_loss=test_loss,
+        test_accuracy=nan,
+    )
+
+
+def test_a_run_that_ends_above_its_initial_test_loss_is_worse_than_untrained():
+    improved = _with_test_loss([[2.0, 1.0, 1.5], [2.0, 3.0, 1.9]])  # finals below initials
+    assert not improved.worse_than_untrained() and not improved.diverged()
+    worse = _with_test_loss([[2.0, 1.0, 1.5], [2.0, 1.0, 2.5]])  # seed 1 ends above its start
+    assert worse.worse_than_untrained() and worse.diverged()
+    level = _with_test_loss([[2.0, 1.0, 2.0], [2.0, 1.0, 1.0]])  # no worse: equal
+    assert not level.worse_than_untrained()
+    # A non-finite loss is a divergence, not a finite loss above the start.
+    blown = _with_test_loss([[2.0, np.inf, np.nan], [2.0, 1.0, 1.0]])
+    assert blown.diverged() and not blown.worse_than_untrained()
+    for result, flag in ((improved, False), (worse, True), (blown, False)):
+        summary = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+        assert summary["worse_than_untrained"] is flag
+
+
 def test_bad_arguments_are_refused(task, lo):
     with pytest.raises(ValueError, match="num_steps"):
         evaluate("adamw", task, num_steps=0)

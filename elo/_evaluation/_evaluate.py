@@ -140,7 +140,8 @@ class Evaluation(eqx.Module):
     def diverged(self) -> bool:
         """Whether the run diverged for some seed: a minibatch or measured loss became
         non-finite, or the final validation loss is above the initial one (training made the
-        model worse).
+        model worse). A diverged value is never chosen by [`elo.tune`][]; for a run that ends
+        worse than it started while finite, see [`elo.Evaluation.worse_than_untrained`][].
 
         **Returns:**
 
@@ -154,6 +155,20 @@ class Evaluation(eqx.Module):
             return True
         held_out = self.validation_loss if len(measured) == len(curves) else self.test_loss
         return bool(np.any(held_out[:, -1] > held_out[:, 0]))
+
+    def worse_than_untrained(self) -> bool:
+        """Whether training left the model worse than not training it, for some seed: the final
+        test loss is finite and above the initial one (the untrained model's). A non-finite
+        loss is not this but a divergence ([`elo.Evaluation.diverged`][]); a report that caps
+        each run at its initial loss scores such a seed as if it had not trained.
+
+        **Returns:**
+
+        A bool.
+        """
+        initial, final = self.test_loss[:, 0], self.test_loss[:, -1]
+        with np.errstate(invalid="ignore"):
+            return bool(np.any(np.isfinite(final) & (final > initial)))
 
     def best(self, metric: str) -> tuple[float, float]:
         """Mean and standard deviation over seeds of a metric's best value over the evaluation
@@ -182,8 +197,9 @@ class Evaluation(eqx.Module):
         return getattr(self, metric)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable summary: settings, curves (per seed and mean/std) and the final
-        and best values (mean/std). Non-finite numbers become `None`."""
+        """A JSON-serialisable summary: settings, curves (per seed and mean/std), the final
+        and best values (mean/std), `diverged` and `worse_than_untrained`. Non-finite numbers
+        become `None`."""
         curves = {}
         for metric in ("minibatch_loss", *METRICS):
             values = getattr(self, metric)
@@ -207,6 +223,7 @@ class Evaluation(eqx.Module):
             "final": {m: _pair(self.final(m)) for m in METRICS},
             "best": {m: _pair(self.best(m)) for m in METRICS},
             "diverged": self.diverged(),
+            "worse_than_untrained": self.worse_than_untrained(),
         }
 
     @classmethod

@@ -170,6 +170,12 @@ class Tuned(eqx.Module):
         return tuple(r.diverged() for r in self.sweep)
 
     @property
+    def worse_than_untrained(self) -> tuple[bool, ...]:
+        """Whether the run of each value ended worse than not training
+        ([`elo.Evaluation.worse_than_untrained`][])."""
+        return tuple(r.worse_than_untrained() for r in self.sweep)
+
+    @property
     def at_edge(self) -> Edge | None:
         """Whether the chosen value is at an end of the swept values, after any extension:
         `"low"` when it is the lowest, `"high"` when it is the highest (the best value may lie
@@ -185,9 +191,9 @@ class Tuned(eqx.Module):
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable summary: the sweep (value, whether it was added past an end of
-        the grid, validation score, divergence, final and best values of each run), whether the
-        choice is at an end of the swept values (`at_edge`), and the chosen run's full
-        evaluation."""
+        the grid, validation score, divergence, whether it ended worse than not training, final
+        and best values of each run), whether the choice is at an end of the swept values
+        (`at_edge`), and the chosen run's full evaluation."""
         sweep = []
         for value, extended, result in zip(self.values, self.extended, self.sweep):
             summary = result.to_dict()
@@ -197,6 +203,7 @@ class Tuned(eqx.Module):
                     "extended": extended,
                     "score": _finite_or_none(selection_score(result, "validation_loss")),
                     "diverged": summary["diverged"],
+                    "worse_than_untrained": summary["worse_than_untrained"],
                     "final": summary["final"],
                     "best": summary["best"],
                 }
@@ -213,6 +220,7 @@ class Tuned(eqx.Module):
             "final_test_loss": _finite_or_none(self.best.final("test_loss")[0]),
             "best_test_loss": _finite_or_none(self.best.best("test_loss")[0]),
             "diverged": list(self.diverged),
+            "worse_than_untrained": list(self.worse_than_untrained),
             "sweep": sweep,
             "evaluation": self.best.to_dict(),
         }

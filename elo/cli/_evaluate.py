@@ -198,13 +198,25 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+WORSE = " †"
+WORSE_LEGEND = (
+    "† worse than not training: for some seed the final test loss is finite and above the "
+    "initial one"
+)
+
+
+def _test_loss(result: Evaluation, pair: tuple[float, float]) -> str:
+    """A test loss, marked when the run ended worse than not training."""
+    return _fmt(pair) + (WORSE if result.worse_than_untrained() else "")
+
+
 def _row(result: Evaluation, mark: str = "") -> list[str]:
     lr = "-" if result.learning_rate is None else f"{result.learning_rate:.3g}"
     return [
         mark + result.name,
         lr,
         _fmt(result.final("train_loss")),
-        _fmt(result.final("test_loss")),
+        _test_loss(result, result.final("test_loss")),
         _fmt(result.final("test_accuracy"), missing="–"),
         _fmt(result.best("test_accuracy"), missing="–"),
     ]
@@ -231,6 +243,7 @@ def evaluation_document(
             {
                 "learning_rate": r.learning_rate,
                 "score": _finite(selection_score(r, select)),  # pyright: ignore
+                "worse_than_untrained": r.worse_than_untrained(),
                 "final": r.to_dict()["final"],
                 "best": r.to_dict()["best"],
             }
@@ -316,6 +329,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"* selected: lowest final {args.select.replace('_', ' ')}")
     else:
         print(_table([_row(result)], HEADER))
+    if any(r.worse_than_untrained() for r in (sweep or [result])):
+        print(WORSE_LEGEND)
     document = evaluation_document(label, result, sweep, args.select if sweep else None)
     data = json.dumps(document, allow_nan=False).encode() + b"\n"
     try:
@@ -373,7 +388,7 @@ def _comparison_rows(result: Comparison) -> list[list[str]]:
                 tuned.name,
                 setting,
                 _fmt(tuned.best.final("validation_loss")),
-                _fmt(tuned.best.final("test_loss")),
+                _test_loss(tuned.best, tuned.best.final("test_loss")),
                 _fmt(tuned.best.best("test_loss")),
                 _fmt(tuned.best.final("test_accuracy"), missing="–"),
                 f"{diverged}/{len(tuned.values)}",
@@ -454,6 +469,8 @@ def _run_comparison(args: argparse.Namespace, optimizer: Any, label: str, run_di
         "added: values swept past an end of the grid because the choice lay there (at most "
         f"{extend_edges} per end)"
     )
+    if any(t.best.worse_than_untrained() for t in result.tuned):
+        print(WORSE_LEGEND)
     if any(t.at_edge is not None for t in result.tuned):
         print(
             "(low edge), (high edge): the choice is still the lowest or highest value swept; a "
