@@ -8,11 +8,15 @@ from . import (
     tasks as tasks,
 )
 from ._config import MetaConfig as MetaConfig
+from ._evaluation._baselines import (
+    BASELINES as BASELINES,
+    TUNED_BASELINES as TUNED_BASELINES,
+    warmup_cosine as warmup_cosine,
+)
 from ._evaluation._evaluate import (
     evaluate as evaluate,
     Evaluation as Evaluation,
     log_grid as log_grid,
-    lr_sweep as lr_sweep,
 )
 from ._evaluation._meta_validation import (
     validate as validate,
@@ -21,13 +25,12 @@ from ._evaluation._meta_validation import (
 from ._evaluation._tuning import (
     compare as compare,
     Comparison as Comparison,
+    lr_sweep as lr_sweep,
     steps_to_target as steps_to_target,
     SWEEP_RANGES as SWEEP_RANGES,
     tune as tune,
     tune_many as tune_many,
     Tuned as Tuned,
-    TUNED_BASELINES as TUNED_BASELINES,
-    warmup_cosine as warmup_cosine,
 )
 from ._files._checkpoint import load as load, save as save
 from ._files._framing import CheckpointError as CheckpointError

@@ -6,10 +6,10 @@ devices, so that pages which meta-train the same preset share its compiled progr
 
 The pages show real run lengths; the test shortens them, so that the whole file takes a minute
 or two on a 2-core CPU. Meta-training presets get `num_outer_steps` at most `OUTER_STEPS`, and
-`elo.evaluate` / `elo.lr_sweep` train for at most `INNER_STEPS` steps and evaluate once at the
-end. `elo.init` is pure, so a state built for the same configuration and key is reused across
-pages, and with it the compiled `elo.meta_step` (each fresh state would compile its own). Set
-`ELO_DOCS_FULL=1` to run the blocks exactly as written.
+`elo.evaluate` / `elo.tune` / `elo.lr_sweep` train for at most `INNER_STEPS` steps and evaluate
+once at the end. `elo.init` is pure, so a state built for the same configuration and key is
+reused across pages, and with it the compiled `elo.meta_step` (each fresh state would compile its
+own). Set `ELO_DOCS_FULL=1` to run the blocks exactly as written.
 
 A block that cannot run here (optional dependencies, several processes, your own files) starts
 with the line `# docs: skip (REASON)`; the reason is required.
@@ -118,6 +118,7 @@ def short_runs(monkeypatch):
         preset = getattr(elo.presets, name)
         monkeypatch.setattr(elo.presets, name, _shortened(preset, _short_outer))
     monkeypatch.setattr(elo, "evaluate", _shortened(elo.evaluate, _short_inner))
+    monkeypatch.setattr(elo, "tune", _shortened(elo.tune, _short_inner))
     monkeypatch.setattr(elo, "lr_sweep", _shortened(elo.lr_sweep, _short_inner))
     monkeypatch.setattr(elo, "init", _reused_init(elo.init))
 

@@ -153,8 +153,8 @@ def test_compare_tunes_adamw_first_and_counts_steps_to_its_final_loss(lo):
 
 
 def test_bad_tuning_arguments_are_refused(lo):
-    with pytest.raises(ValueError, match="Cannot tune 'adam'"):
-        elo.tune("adam", QUADRATIC, num_steps=4)
+    with pytest.raises(ValueError, match="Cannot tune 'rmsprop': .* adamw, adam, sgd, muon"):
+        elo.tune("rmsprop", QUADRATIC, num_steps=4)
     with pytest.raises(ValueError, match="values must be a non-empty list of positive"):
         elo.tune("adamw", QUADRATIC, num_steps=4, values=[1e-3, -1.0])
     with pytest.raises(ValueError, match="num_values must be a positive integer"):
@@ -342,3 +342,48 @@ def test_tune_many_extends_each_optimizers_grid_as_tune_does():
             np.testing.assert_allclose(
                 mine.validation_loss, theirs.validation_loss, rtol=1e-5, atol=1e-6
             )
+
+
+def test_one_registry_of_baselines_serves_evaluate_and_tune():
+    assert set(elo.BASELINES) == {"adamw", "adam", "sgd", "muon"}
+    # SGD is SGD with momentum 0.9 everywhere, whether its rate is constant or scheduled.
+    momentum = optax.sgd(0.01, momentum=0.9)
+    given = elo.evaluate(momentum, QUADRATIC, num_steps=8, eval_every=4)
+    by_name = elo.evaluate("sgd", QUADRATIC, num_steps=8, eval_every=4, learning_rate=0.01)
+    np.testing.assert_allclose(by_name.minibatch_loss, given.minibatch_loss, rtol=1e-6)
+    tuned = elo.tune(
+        "sgd", QUADRATIC, num_steps=8, values=[0.01], eval_every=4, schedule="constant"
+    )
+    np.testing.assert_allclose(tuned.best.minibatch_loss, given.minibatch_loss, rtol=1e-5)
+    assert tuned.schedule == "constant" and tuned.to_dict()["schedule"] == "constant"
+    scheduled = elo.tune("sgd", QUADRATIC, num_steps=8, values=[0.01], eval_every=4)
+    assert scheduled.schedule == "warmup_cosine"
+    assert not np.allclose(scheduled.best.minibatch_loss, given.minibatch_loss)
+
+
+def test_tune_selects_on_the_split_it_is_told():
+    task = _disagreeing_task()
+    common = dict(num_steps=20, values=[1e-5, 3e-2], eval_every=10, schedule="constant")
+    on_validation = elo.tune("adam", task, **common)
+    on_test = elo.tune("adam", task, select="test_loss", **common)
+    assert on_validation.value == 3e-2 and on_test.value == 1e-5
+    assert on_test.select == "test_loss" and on_test.to_dict()["select"] == "test_loss"
+    scores = [s["score"] for s in on_test.to_dict()["sweep"]]
+    assert scores == pytest.approx([r.final("test_loss")[0] for r in on_test.sweep])
+
+
+def test_lr_sweep_is_a_deprecated_wrapper_over_tune():
+    grid = [1e-3, 1e-1]
+    with pytest.warns(DeprecationWarning, match=r"elo\.tune\(.*schedule='constant'"):
+        best, results = elo.lr_sweep("adamw", QUADRATIC, num_steps=8, learning_rates=grid)
+    tuned = elo.tune(
+        "adamw", QUADRATIC, num_steps=8, values=grid, schedule="constant", select="train_loss"
+    )
+    assert [r.learning_rate for r in results] == grid and best.learning_rate == tuned.value
+    for mine, theirs in zip(results, tuned.sweep):
+        np.testing.assert_array_equal(mine.train_loss, theirs.train_loss)
+
+
+def test_a_learned_optimizer_takes_no_baseline_schedule(lo):
+    with pytest.raises(ValueError, match="a learned optimizer follows its own step schedule"):
+        elo.tune(lo, QUADRATIC, num_steps=4, schedule="constant")

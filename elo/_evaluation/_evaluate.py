@@ -1,4 +1,4 @@
-"""Evaluate optimizers on held-out tasks: `elo.evaluate`, `elo.lr_sweep`, `elo.Evaluation`."""
+"""Evaluate optimizers on held-out tasks: `elo.evaluate`, `elo.Evaluation`."""
 
 import math
 import os
@@ -18,6 +18,7 @@ from .._custom_types import Params, Scalar
 from ..optimizers._base import AbstractLearnedOptimizer
 from ..optimizers._optax import as_optax
 from ..tasks import AbstractTask, get_task
+from ._baselines import BASELINES, ScheduledBaseline
 from ._training_run import split_metrics, training_run
 
 
@@ -33,33 +34,6 @@ METRICS = (
 """The quantities measured at every evaluation point, over whole splits."""
 
 DEFAULT_LEARNING_RATES = {"adamw": 1e-3, "adam": 1e-3, "sgd": 1e-1, "muon": 2e-2}
-
-
-def _adamw(lr: Scalar) -> optax.GradientTransformation:
-    return optax.adamw(lr)
-
-
-def _adam(lr: Scalar) -> optax.GradientTransformation:
-    return optax.adam(lr)
-
-
-def _sgd(lr: Scalar) -> optax.GradientTransformation:
-    return optax.sgd(lr)
-
-
-def _muon(lr: Scalar) -> optax.GradientTransformation:
-    return optax.contrib.muon(lr)
-
-
-HAND_DESIGNED: dict[str, Callable[[Scalar], optax.GradientTransformation]] = {
-    "adamw": _adamw,
-    "adam": _adam,
-    "sgd": _sgd,
-    "muon": _muon,
-}
-"""Hand-designed baselines by name, each a function of a (traceable) constant learning rate:
-`optax.adamw(lr)` (weight decay $10^{-4}$), `optax.adam(lr)`, `optax.sgd(lr)` (no momentum) and
-`optax.contrib.muon(lr)` (Newton–Schulz on matrices, Adam on the rest)."""
 
 
 def log_grid(low: float, high: float, num: int) -> list[float]:
@@ -98,8 +72,8 @@ class Evaluation(eqx.Module):
     - `eval_every`: steps between evaluation points.
     - `seeds`: the seeds; seed $s$ draws the initial parameters and the minibatches from
       `jax.random.key(s)`.
-    - `learning_rate`: the constant learning rate of a hand-designed optimizer (`None` for a
-      learned optimizer).
+    - `learning_rate`: a baseline's learning rate (constant, or its schedule's peak when
+      tuned by [`elo.tune`][]; `None` for a learned optimizer).
     - `steps`: `Int[np.ndarray, "evals"]`, the evaluation points.
     - `minibatch_loss`: `Float[np.ndarray, "seeds num_steps"]`.
     - `train_loss`, `train_accuracy`, `validation_loss`, `validation_accuracy`, `test_loss`,
@@ -404,9 +378,10 @@ def evaluate(
     **Arguments:**
 
     - `optimizer`: a learned optimizer (e.g. `state.learned_optimizer` or
-      [`elo.load_optimizer`][]`(path)`), the name of a hand-designed one: `"adamw"`,
-      `"adam"`, `"sgd"`, `"muon"` (constant learning rate, see `learning_rate`), or any optax
-      transformation (e.g. with a schedule; it is called as `update(grads, state, params)`).
+      [`elo.load_optimizer`][]`(path)`), the name of a hand-designed one of
+      [`elo.BASELINES`][]: `"adamw"`, `"adam"`, `"sgd"` (momentum 0.9), `"muon"` (at a
+      constant learning rate, see `learning_rate`), or any optax transformation (e.g. with a
+      schedule; it is called as `update(grads, state, params)`).
     - `task`: a task or its name (see [`elo.tasks.get_task`][]), e.g.
       `"mlp-w128-d3_fashionmnist-8x8x1"` or `"conv-c16-d2_cifar10-8x8x3"`.
     - `num_steps`: the number of training steps.
@@ -441,17 +416,18 @@ def evaluate(
         if learning_rate is not None:
             raise ValueError("learning_rate applies to hand-designed optimizers given by name.")
         make, value, label = _Given(optimizer), None, "optax"
-    elif isinstance(optimizer, str) and optimizer in HAND_DESIGNED:
+    elif isinstance(optimizer, str) and optimizer in BASELINES:
         if learning_rate is None:
             learning_rate = DEFAULT_LEARNING_RATES[optimizer]
         if not (isinstance(learning_rate, int | float) and learning_rate > 0):
             raise ValueError(f"learning_rate must be a positive number, got {learning_rate!r}.")
         learning_rate = float(learning_rate)
-        make, value, label = HAND_DESIGNED[optimizer], jnp.float32(learning_rate), optimizer
+        make = ScheduledBaseline(optimizer, num_steps, "constant")
+        value, label = jnp.float32(learning_rate), optimizer
     else:
         raise ValueError(
             f"Unknown optimizer {optimizer!r}: pass a learned optimizer or one of "
-            f"{', '.join(HAND_DESIGNED)}."
+            f"{', '.join(BASELINES)}."
         )
     losses, measured = _train(task, make, value, _seed_keys(seeds), num_steps, eval_every, False)
     return _result(
@@ -483,75 +459,3 @@ def selection_score(result: Evaluation, select: Selection) -> float:
     $+\\infty$ if any seed diverged (non-finite)."""
     mean, _ = result.final(select)
     return mean if math.isfinite(mean) else math.inf
-
-
-def lr_sweep(
-    optimizer: str,
-    task: AbstractTask | str,
-    *,
-    num_steps: int,
-    learning_rates: Sequence[float] | None = None,
-    seeds: int | Sequence[int] = 1,
-    eval_every: int | None = None,
-    select: Selection = "train_loss",
-    batch_size: int = 64,
-    data_dir: str | os.PathLike | None = None,
-) -> tuple[Evaluation, list[Evaluation]]:
-    """Tune the constant learning rate of a hand-designed optimizer on a task.
-
-    Every learning rate and seed trains in one compiled program (`jax.vmap` over both). The
-    best learning rate minimises the final loss over the whole **train** split, averaged over
-    seeds (`select="train_loss"`, the default: tuning never looks at the test split, so the
-    reported test numbers stay held out); `select="validation_loss"` picks by the validation
-    split (as [`elo.tune`][] does), `select="test_loss"` by the final test loss, as papers
-    that report the best test curve do. Runs that diverge (non-finite) are
-    never selected.
-
-    **Arguments:**
-
-    - `optimizer`: `"adamw"`, `"adam"`, `"sgd"` or `"muon"`.
-    - `task`: a task or its name.
-    - `num_steps`: the number of training steps.
-    - `learning_rates`: the grid (default: 7 values log-spaced over $[10^{-4}, 10^{-1}]$, see
-      [`elo.log_grid`][]).
-    - `seeds`, `eval_every`, `batch_size`, `data_dir`: as for [`elo.evaluate`][].
-    - `select`: `"train_loss"`, `"validation_loss"` or `"test_loss"`.
-
-    **Returns:**
-
-    `(best, all_results)`: the selected [`elo.Evaluation`][] and one per learning rate, in grid
-    order.
-    """
-    eval_every, seeds = _check_run_args(num_steps, eval_every, seeds)
-    if optimizer not in HAND_DESIGNED:
-        raise ValueError(
-            f"lr_sweep tunes hand-designed optimizers ({', '.join(HAND_DESIGNED)}), "
-            f"got {optimizer!r}."
-        )
-    if select not in ("train_loss", "validation_loss", "test_loss"):
-        raise ValueError(
-            f"select must be 'train_loss', 'validation_loss' or 'test_loss', got {select!r}."
-        )
-    rates = (
-        log_grid(1e-4, 1e-1, 7) if learning_rates is None else [float(r) for r in learning_rates]
-    )
-    if not rates or not all(math.isfinite(r) and r > 0 for r in rates):
-        raise ValueError(f"learning_rates must be positive numbers, got {rates}.")
-    task = _resolve_task(task, batch_size, data_dir)
-    losses, measured = _train(
-        task,
-        HAND_DESIGNED[optimizer],
-        jnp.asarray(rates, jnp.float32),
-        _seed_keys(seeds),
-        num_steps,
-        eval_every,
-        True,
-    )
-    losses, measured = jax.device_get((losses, measured))
-    results = [
-        _result(optimizer, task, num_steps, eval_every, seeds, lr, losses[i], measured[i])
-        for i, lr in enumerate(rates)
-    ]
-    scores = [selection_score(r, select) for r in results]
-    best = int(np.argmin(scores))
-    return results[best], results

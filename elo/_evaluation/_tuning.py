@@ -1,7 +1,9 @@
-"""Tuned baselines: learning rates swept with warmup and cosine decay, chosen on validation."""
+"""Tuning: a step size swept on a grid (extended past an end where the choice lies) and chosen
+on the validation split; comparisons with tuned AdamW."""
 
 import math
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -10,13 +12,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.typing import ArrayLike
 from jaxtyping import Array
 
 from .._checks import is_int_at_least
-from .._custom_types import Scalar, ScalarLike
 from ..optimizers._base import AbstractLearnedOptimizer
 from ..tasks import AbstractTask
+from ._baselines import BASELINES, check_schedule_shape, ScheduledBaseline, ScheduleShape
 from ._evaluate import (
     _check_run_args,
     _finite_or_none,
@@ -27,116 +28,53 @@ from ._evaluate import (
     _train,
     Evaluation,
     log_grid,
+    Selection,
     selection_score,
 )
 
 
-WARMUP_FRACTION = 0.05
-"""The share of the run spent warming up the learning rate (see [`elo.warmup_cosine`][])."""
-
-
-def warmup_cosine(
-    learning_rate: ScalarLike, num_steps: int, *, warmup_fraction: float = WARMUP_FRACTION
-) -> optax.Schedule:
-    """A learning-rate schedule: linear warmup, then cosine decay to zero.
-
-    With $W = \\lfloor f T \\rfloor$ warmup steps out of $T$, the learning rate of update
-    $t = 0, 1, \\dots$ is $\\eta (t + 1) / W$ for $t < W$ (no update at a zero rate), then
-    $\\eta \\cdot \\tfrac12 \\bigl(1 + \\cos \\tfrac{\\pi (t - W)}{T - W}\\bigr)$, and 0 from
-    $t = T$ on. `learning_rate` may be traced, so one compiled program sweeps it.
-
-    **Arguments:**
-
-    - `learning_rate`: the peak rate $\\eta$.
-    - `num_steps`: the run length $T$ (positive).
-    - `warmup_fraction`: $f \\in [0, 1)$.
-
-    **Returns:**
-
-    An optax schedule: a function of the update count.
-    """
-    if not is_int_at_least(num_steps, 1):
-        raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}.")
-    if not (0 <= warmup_fraction < 1):
-        raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction!r}.")
-    warmup = int(warmup_fraction * num_steps)
-
-    def schedule(count: ArrayLike) -> Array:
-        t = jnp.asarray(count, jnp.float32)
-        ramp = (t + 1) / max(warmup, 1)
-        decay = 0.5 * (1 + jnp.cos(jnp.pi * (t - warmup) / (num_steps - warmup)))
-        factor = jnp.where(t < warmup, ramp, jnp.where(t < num_steps, decay, 0.0))
-        return jnp.asarray(learning_rate, jnp.float32) * factor
-
-    return schedule
-
-
-def _adamw(schedule: optax.Schedule) -> optax.GradientTransformation:
-    return optax.adamw(schedule)
-
-
-def _muon(schedule: optax.Schedule) -> optax.GradientTransformation:
-    return optax.contrib.muon(schedule)
-
-
-def _sgd(schedule: optax.Schedule) -> optax.GradientTransformation:
-    return optax.sgd(schedule, momentum=0.9)
-
-
-TUNED_BASELINES: dict[str, Callable[[optax.Schedule], optax.GradientTransformation]] = {
-    "adamw": _adamw,
-    "muon": _muon,
-    "sgd": _sgd,
-}
-"""The tuned baselines by name, each a function of a learning-rate schedule:
-`optax.adamw` (weight decay $10^{-4}$), `optax.contrib.muon` (Newton–Schulz on matrices, Adam on
-the rest) and `optax.sgd` with momentum 0.9."""
-
 SWEEP_RANGES: dict[str, tuple[float, float]] = {
     "adamw": (1e-4, 1e-1),
+    "adam": (1e-4, 1e-1),
     "muon": (1e-3, 1.0),
     "sgd": (1e-3, 1.0),
     "learned": (0.1, 10.0),
 }
-"""The default sweep of each tuned baseline's peak learning rate (three decades), and of a
-learned optimizer's `learning_rate` multiplier (`"learned"`, two decades around its default 1),
+"""The default sweep of each baseline's (peak) learning rate (three decades), and of a learned
+optimizer's `learning_rate` multiplier (`"learned"`, two decades around its default 1),
 log-spaced (see [`elo.log_grid`][])."""
 
 REFERENCE = "adamw"
 COMPARISON_FORMAT = "elo-comparison"
 
 
-class _Scheduled(eqx.Module):
-    name: str = eqx.field(static=True)
-    num_steps: int = eqx.field(static=True)
-
-    def __call__(self, learning_rate: Scalar) -> optax.GradientTransformation:
-        return TUNED_BASELINES[self.name](warmup_cosine(learning_rate, self.num_steps))
-
-
 Edge = Literal["low", "high"]
 
 
 class Tuned(eqx.Module):
-    """An optimizer tuned on a task: one run per swept value, the chosen one selected on the
-    validation split. The result of [`elo.tune`][] (one per optimizer: [`elo.tune_many`][]).
+    """An optimizer tuned on a task: one run per swept value, the chosen one selected by a
+    split's final loss (the validation split's by default). The result of [`elo.tune`][] (one
+    per optimizer: [`elo.tune_many`][]).
 
     **Attributes:**
 
     - `name`: the optimizer's label.
-    - `hyperparameter`: `"learning_rate"` (the peak of a tuned baseline's warmup + cosine
-      schedule) or `"learning_rate_multiplier"` (a learned optimizer's, see
-      [`elo.as_optax`][]).
+    - `hyperparameter`: `"learning_rate"` (a baseline's rate: the peak of its schedule) or
+      `"learning_rate_multiplier"` (a learned optimizer's, see [`elo.as_optax`][]).
     - `values`: the swept values, in grid order: the values added below the grid's first
       value, the grid, then those added above its last.
     - `sweep`: one [`elo.Evaluation`][] per value.
-    - `selected`: the index of the chosen value: the lowest final validation loss (mean over
+    - `selected`: the index of the chosen value: the lowest final `select` loss (mean over
       seeds) among the values that did not diverge ([`elo.Evaluation.diverged`][]); 0 when
       every value diverged.
     - `extended`: for each value, whether it was added past an end of the grid (see
       `extend_edges`).
     - `extend_edges`: the most values that could be added past each end of the grid (the
       argument of [`elo.tune`][]; 0: the grid alone).
+    - `schedule`: a baseline's learning-rate schedule, `"warmup_cosine"` or `"constant"`;
+      `None` for a learned optimizer (its own step schedule).
+    - `select`: the loss the choice minimises: `"validation_loss"` (the default of
+      [`elo.tune`][]), `"train_loss"` or `"test_loss"`.
     """
 
     name: str
@@ -146,6 +84,8 @@ class Tuned(eqx.Module):
     selected: int
     extended: tuple[bool, ...]
     extend_edges: int
+    schedule: ScheduleShape | None
+    select: Selection
 
     def __check_init__(self):
         if not (len(self.values) == len(self.sweep) == len(self.extended)):
@@ -201,7 +141,7 @@ class Tuned(eqx.Module):
                 {
                     "value": value,
                     "extended": extended,
-                    "score": _finite_or_none(selection_score(result, "validation_loss")),
+                    "score": _finite_or_none(selection_score(result, self.select)),
                     "diverged": summary["diverged"],
                     "worse_than_untrained": summary["worse_than_untrained"],
                     "final": summary["final"],
@@ -211,7 +151,8 @@ class Tuned(eqx.Module):
         return {
             "name": self.name,
             "hyperparameter": self.hyperparameter,
-            "schedule": "warmup_cosine" if self.hyperparameter == "learning_rate" else None,
+            "schedule": self.schedule,
+            "select": self.select,
             "values": list(self.values),
             "extend_edges": self.extend_edges,
             "extended": list(self.extended),
@@ -290,6 +231,8 @@ def tune(
     num_values: int = 7,
     values: Sequence[float] | None = None,
     extend_edges: int = 0,
+    schedule: ScheduleShape = "warmup_cosine",
+    select: Selection = "validation_loss",
     seeds: int | Sequence[int] = 1,
     eval_every: int | None = None,
     name: str | None = None,
@@ -298,13 +241,12 @@ def tune(
 ) -> Tuned:
     """Tune an optimizer's step size on a task, choosing on the validation split.
 
-    A tuned baseline (`"adamw"`, `"muon"`, `"sgd"`, see `elo.TUNED_BASELINES`) runs with
-    [`elo.warmup_cosine`][] over `num_steps` and its peak learning rate is swept; a learned
-    optimizer runs as `elo.as_optax(lo, num_steps=num_steps)` and its `learning_rate`
-    multiplier is swept. Every value and seed trains in one compiled program (`jax.vmap` over
-    both). The chosen value has the lowest final **validation** loss (mean over seeds) among
-    those that did not diverge; the test split is never looked at, so the chosen run's test
-    numbers stay held out.
+    A baseline of [`elo.BASELINES`][] (`"adamw"`, `"adam"`, `"sgd"`, `"muon"`) runs with
+    `schedule` over `num_steps` and its (peak) learning rate is swept; a learned optimizer runs
+    as `elo.as_optax(lo, num_steps=num_steps)` and its `learning_rate` multiplier is swept.
+    Every value and seed trains in one compiled program (`jax.vmap` over both). The chosen
+    value has the lowest final **validation** loss (mean over seeds) among those that did not
+    diverge; the test split is never looked at, so the chosen run's test numbers stay held out.
 
     A choice at an end of the grid may be the grid's fault rather than the optimizer's. With
     `extend_edges`, while the choice is the lowest (highest) value, the next value below
@@ -326,6 +268,12 @@ def tune(
     - `values`: the grid itself, instead.
     - `extend_edges`: the most values added past each end of the grid (default 0: the grid
       alone). Needs a grid of at least two values, in increasing order.
+    - `schedule`: a baseline's learning-rate schedule: `"warmup_cosine"` (the default:
+      [`elo.warmup_cosine`][], the rate swept is its peak) or `"constant"`. A learned
+      optimizer follows its own step schedule and takes only the default.
+    - `select`: the loss whose final value (mean over seeds) the choice minimises:
+      `"validation_loss"` (the default), `"train_loss"`, or `"test_loss"` (as papers that
+      report the best test curve do; the test numbers are then no longer held out).
     - `seeds`, `eval_every`, `batch_size`, `data_dir`: as for [`elo.evaluate`][].
     - `name`: a label (default: the baseline's name or the learned optimizer's class).
 
@@ -343,16 +291,24 @@ def tune(
         ```
     """
     eval_every, seed_values = _check_run_args(num_steps, eval_every, seeds)
+    check_schedule_shape(schedule)
+    _check_select(select)
+    make: Callable[[Any], optax.GradientTransformation]
     if isinstance(optimizer, AbstractLearnedOptimizer):
+        if schedule != "warmup_cosine":
+            raise ValueError(
+                f"schedule={schedule!r} applies to baselines: a learned optimizer follows its "
+                "own step schedule (see elo.as_optax); leave schedule out."
+            )
         make, grid = _Learned(optimizer, num_steps), "learned"
-        hyperparameter, label = "learning_rate_multiplier", type(optimizer).__name__
-    elif isinstance(optimizer, str) and optimizer in TUNED_BASELINES:
-        make, grid = _Scheduled(optimizer, num_steps), optimizer
-        hyperparameter, label = "learning_rate", optimizer
+        hyperparameter, label, shape = "learning_rate_multiplier", type(optimizer).__name__, None
+    elif isinstance(optimizer, str) and optimizer in BASELINES:
+        make, grid = ScheduledBaseline(optimizer, num_steps, schedule), optimizer
+        hyperparameter, label, shape = "learning_rate", optimizer, schedule
     else:
         raise ValueError(
-            f"Cannot tune {optimizer!r}: pass a learned optimizer or one of "
-            f"{', '.join(TUNED_BASELINES)}."
+            f"Cannot tune {optimizer!r}: pass a learned optimizer or a hand-designed baseline's "
+            f"name: {', '.join(BASELINES)}."
         )
     grid_values = _grid_values(values, num_values, grid)
     extend_edges = _check_extension(extend_edges, grid_values)
@@ -363,8 +319,25 @@ def tune(
     )
     label = label if name is None else name
     run = (task, num_steps, eval_every, seed_values)
-    tuned = _tuned(label, hyperparameter, grid_values, run, losses, measured, extend_edges)
+    tuned = _tuned(
+        label,
+        hyperparameter,
+        grid_values,
+        run,
+        losses,
+        measured,
+        extend_edges=extend_edges,
+        schedule=shape,
+        select=select,
+    )
     return _extend(tuned, run, make, keys)
+
+
+def _check_select(select: Any) -> None:
+    if select not in ("train_loss", "validation_loss", "test_loss"):
+        raise ValueError(
+            f"select must be 'train_loss', 'validation_loss' or 'test_loss', got {select!r}."
+        )
 
 
 def _tuned(
@@ -374,9 +347,12 @@ def _tuned(
     run: tuple[AbstractTask, int, int, tuple[int, ...]],
     losses: Any,
     measured: Any,
+    *,
     extend_edges: int,
+    schedule: ScheduleShape | None,
+    select: Selection,
 ) -> Tuned:
-    """A `Tuned` from the swept runs' curves (leading axis: the values), chosen on validation."""
+    """A `Tuned` from the swept runs' curves (leading axis: the values), chosen by `select`."""
     losses, measured = jax.device_get((losses, measured))
     sweep = tuple(
         _evaluation(label, hyperparameter, v, run, losses[i], measured[i])
@@ -387,9 +363,11 @@ def _tuned(
         hyperparameter=hyperparameter,
         values=tuple(grid_values),
         sweep=sweep,
-        selected=_select(sweep),
+        selected=_select(sweep, select),
         extended=(False,) * len(sweep),
         extend_edges=extend_edges,
+        schedule=schedule,
+        select=select,
     )
 
 
@@ -406,9 +384,9 @@ def _evaluation(
     return _result(label, task, num_steps, eval_every, seed_values, learning_rate, losses, measured)
 
 
-def _select(sweep: Sequence[Evaluation]) -> int:
-    """The index of the lowest final validation loss among the runs that did not diverge."""
-    scores = [math.inf if r.diverged() else selection_score(r, "validation_loss") for r in sweep]
+def _select(sweep: Sequence[Evaluation], select: Selection) -> int:
+    """The index of the lowest final `select` loss among the runs that did not diverge."""
+    scores = [math.inf if r.diverged() else selection_score(r, select) for r in sweep]
     return int(np.argmin(scores))
 
 
@@ -444,7 +422,7 @@ def _extend(
         tuned = eqx.tree_at(
             lambda t: (t.values, t.sweep, t.selected, t.extended),
             tuned,
-            (values, sweep, _select(sweep), extended),
+            (values, sweep, _select(sweep, tuned.select), extended),
         )
         added[edge] += 1
     return tuned
@@ -525,7 +503,9 @@ def tune_many(
                 run,
                 losses[i],
                 measured[i],
-                extend_edges,
+                extend_edges=extend_edges,
+                schedule=None,
+                select="validation_loss",
             ),
             run,
             _Learned(optimizer, num_steps),
@@ -630,7 +610,7 @@ class Comparison(eqx.Module):
             "num_steps": first.num_steps,
             "eval_every": first.eval_every,
             "seeds": list(first.seeds),
-            "select": "validation_loss",
+            "select": self.tuned[0].select,
             "extend_edges": self.tuned[0].extend_edges,
             "reference": self.tuned[0].name,
             "target_test_loss": _finite_or_none(self.target_loss),
@@ -664,7 +644,7 @@ def compare(
 
     **Arguments:**
 
-    - `optimizers`: tuned baselines' names and learned optimizers.
+    - `optimizers`: names of [`elo.BASELINES`][] and learned optimizers.
     - `task`: a task or its name.
     - `extend_edges`: the most values added past each end of every optimizer's grid (default
       3; 0 sweeps the grids alone).
@@ -687,10 +667,9 @@ def compare(
     optimizers = list(optimizers)
     labels = _labels(optimizers, names)
     for o in optimizers:
-        if not (isinstance(o, AbstractLearnedOptimizer) or o in TUNED_BASELINES):
+        if not (isinstance(o, AbstractLearnedOptimizer) or o in BASELINES):
             raise ValueError(
-                f"Cannot tune {o!r}: pass learned optimizers or names among "
-                f"{', '.join(TUNED_BASELINES)}."
+                f"Cannot tune {o!r}: pass learned optimizers or names among {', '.join(BASELINES)}."
             )
     where = [i for i, o in enumerate(optimizers) if isinstance(o, str) and o == REFERENCE]
     if where:
@@ -722,3 +701,61 @@ def compare(
         target_loss=target,
         steps_to_target=tuple(steps_to_target(t.best, target) for t in tuned),
     )
+
+
+def lr_sweep(
+    optimizer: str,
+    task: AbstractTask | str,
+    *,
+    num_steps: int,
+    learning_rates: Sequence[float] | None = None,
+    seeds: int | Sequence[int] = 1,
+    eval_every: int | None = None,
+    select: Selection = "train_loss",
+    batch_size: int = 64,
+    data_dir: str | os.PathLike | None = None,
+) -> tuple[Evaluation, list[Evaluation]]:
+    """Deprecated: tune a baseline's constant learning rate with [`elo.tune`][] instead,
+    `elo.tune(optimizer, task, num_steps=..., values=learning_rates, schedule="constant",
+    select=select)`, whose result holds the chosen run (`.best`) and the sweep (`.sweep`).
+
+    This is that call: every learning rate and seed trains in one compiled program, and the
+    chosen rate has the lowest final `select` loss (the **train** loss by default), mean over
+    seeds, among the runs that did not diverge ([`elo.Evaluation.diverged`][]).
+
+    **Arguments:**
+
+    - `optimizer`: a name of [`elo.BASELINES`][]: `"adamw"`, `"adam"`, `"sgd"` (momentum 0.9)
+      or `"muon"`.
+    - `task`: a task or its name.
+    - `num_steps`: the number of training steps.
+    - `learning_rates`: the grid (default: 7 values log-spaced over $[10^{-4}, 10^{-1}]$, see
+      [`elo.log_grid`][]).
+    - `seeds`, `eval_every`, `batch_size`, `data_dir`: as for [`elo.evaluate`][].
+    - `select`: `"train_loss"`, `"validation_loss"` or `"test_loss"`.
+
+    **Returns:**
+
+    `(best, all_results)`: the selected [`elo.Evaluation`][] and one per learning rate, in grid
+    order.
+    """
+    warnings.warn(
+        "elo.lr_sweep is deprecated: call elo.tune(optimizer, task, num_steps=..., "
+        "values=learning_rates, schedule='constant', select=...), whose result's .best and "
+        ".sweep are lr_sweep's pair.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    tuned = tune(
+        optimizer,
+        task,
+        num_steps=num_steps,
+        values=log_grid(1e-4, 1e-1, 7) if learning_rates is None else learning_rates,
+        schedule="constant",
+        select=select,
+        seeds=seeds,
+        eval_every=eval_every,
+        batch_size=batch_size,
+        data_dir=data_dir,
+    )
+    return tuned.best, list(tuned.sweep)

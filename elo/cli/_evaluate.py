@@ -11,22 +11,15 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from .._evaluation._baselines import BASELINES
 from .._evaluation._evaluate import (
     evaluate,
     Evaluation,
     EVALUATION_FORMAT,
-    HAND_DESIGNED,
     log_grid,
-    lr_sweep,
     selection_score,
 )
-from .._evaluation._tuning import (
-    compare,
-    Comparison,
-    COMPARISON_FORMAT,
-    Tuned,
-    TUNED_BASELINES,
-)
+from .._evaluation._tuning import compare, Comparison, COMPARISON_FORMAT, tune, Tuned
 from .._files._framing import atomic_write
 from .._files._optimizer_file import load_optimizer
 from .._files._pretrained import available_pretrained, PRETRAINED_SCHEME
@@ -51,8 +44,9 @@ A sweep selects the learning rate with the lowest final loss on the TRAIN split 
 file.
 
 --baselines adamw,muon,sgd compares TARGET with tuned baselines instead: AdamW, Muon and SGD
-with momentum 0.9, each with linear warmup and cosine decay, their peak learning rate swept over
---sweep values on a log grid (TARGET's learning-rate multiplier if it is a learned optimizer).
+with momentum 0.9 (or Adam), each with linear warmup and cosine decay, their peak learning rate
+swept over --sweep values on a log grid (TARGET's learning-rate multiplier if it is a learned
+optimizer).
 Every choice is made on the task's VALIDATION split. A choice at an end of its grid has the grid
 extended past that end at the grid's own log spacing (--extend-edges values per end at most, 3);
 one still at an end is marked "edge". The table reports the chosen setting's final and best test
@@ -76,7 +70,7 @@ def _targets_help() -> str:
         "TARGET is a run directory of 'elo meta-train' (its latest checkpoint), a checkpoint "
         "file, an optimizer exported with 'elo export --format eqx', a learned optimizer shipped "
         f"with elo (pretrained:NAME, NAME one of: {', '.join(available_pretrained())}), or a "
-        "hand-designed optimizer: adamw, adam, sgd (no momentum) or muon, with a constant "
+        "hand-designed optimizer: adamw, adam, sgd (momentum 0.9) or muon, with a constant "
         "learning rate (--lr, or --lr-sweep to tune it). A learned optimizer runs alone (no "
         "expert) and is told the run length (--steps).",
         width=96,
@@ -136,7 +130,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--baselines",
         metavar="LIST",
-        help=f"compare with tuned baselines, comma-separated from {','.join(TUNED_BASELINES)}",
+        help=f"compare with tuned baselines, comma-separated from {','.join(BASELINES)}",
     )
     parser.add_argument(
         "--sweep", type=int, metavar="N", help="values per optimizer with --baselines (7)"
@@ -163,14 +157,14 @@ def _slug(text: str) -> str:
 def _resolve_target(target: str) -> tuple[Any, str, Path | None]:
     """(optimizer or hand-designed name, label, run directory or None)."""
     path = Path(target)
-    if target in HAND_DESIGNED and not path.exists():
+    if target in BASELINES and not path.exists():
         return target, target, None
     if target.startswith(PRETRAINED_SCHEME):
         return _pretrained(target), target, None
     if not path.exists():
         raise CLIError(
             f"TARGET {target!r} is neither an existing run directory, checkpoint or optimizer "
-            f"file, nor one of {', '.join(HAND_DESIGNED)}, nor pretrained:NAME."
+            f"file, nor one of {', '.join(BASELINES)}, nor pretrained:NAME."
         )
     lo = load_optimizer(path)
     return lo, str(target), path if path.is_dir() else None
@@ -313,9 +307,15 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(
                 "--lr-min, --lr-max, --lr-num must satisfy 0 < lr-min <= lr-max and lr-num >= 1."
             ) from None
-        result, sweep = lr_sweep(
-            optimizer, args.task, learning_rates=grid, select=args.select, **common
+        tuned = tune(
+            optimizer,
+            args.task,
+            values=grid,
+            schedule="constant",
+            select=args.select,
+            **common,
         )
+        result, sweep = tuned.best, list(tuned.sweep)
     else:
         result = evaluate(optimizer, args.task, learning_rate=args.lr, name=label, **common)
     result = _relabel(result, label)
@@ -359,11 +359,9 @@ def _relabel(result: Evaluation, label: str) -> Evaluation:
 
 def _baselines(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in TUNED_BASELINES]
+    unknown = [n for n in names if n not in BASELINES]
     if not names or unknown:
-        raise CLIError(
-            f"--baselines must list names among {','.join(TUNED_BASELINES)}, got {text!r}."
-        )
+        raise CLIError(f"--baselines must list names among {','.join(BASELINES)}, got {text!r}.")
     return list(dict.fromkeys(names))
 
 
@@ -432,11 +430,6 @@ def _run_comparison(args: argparse.Namespace, optimizer: Any, label: str, run_di
             "or --extend-edges 0."
         )
     baselines = _baselines(args.baselines)
-    if isinstance(optimizer, str) and optimizer not in TUNED_BASELINES:
-        raise CLIError(
-            f"--baselines compares tuned optimizers: TARGET must be a learned optimizer or one of "
-            f"{', '.join(TUNED_BASELINES)}, got {optimizer!r}."
-        )
     optimizers = [optimizer, *(b for b in baselines if b != optimizer)]
     names = [label, *(b for b in baselines if b != optimizer)]
     # Checked before training: a result that could not be written would be lost.
