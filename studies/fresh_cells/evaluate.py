@@ -1,0 +1,204 @@
+"""The fresh cells' evaluation (`rule.md` §1, §2, §4): every optimizer tuned on every fresh cell.
+
+    python -m studies.fresh_cells.evaluate               # every cell, in rule.md's order
+    python -m studies.fresh_cells.evaluate --cell 1-3    # cells 1 to 3 of rule.md's table
+    python -m studies.fresh_cells.evaluate --optimizer adamw --optimizer celo2
+
+One result file per (optimizer, cell): `results/<optimizer>/<task>@<horizon>.json`, written
+atomically and never made twice (a lock per file lets two drivers share the work; a killed
+driver loses at most the cell it was running). Cells run in `settings.CELLS`'s order, every
+optimizer on a cell before the next cell.
+
+Refuses to start while `celo2` is not shipped: the ship rule (`ship_rule.py`) picks it, and
+shipping it is a reviewed commit made before the first fresh result (rule.md §3).
+"""
+
+import argparse
+import fcntl
+import hashlib
+import importlib.resources
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import elo
+from studies import common
+from studies.fresh_cells import settings, tasks
+
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results"
+
+
+def log(message: str) -> None:
+    common.log("fresh-cells", message)
+
+
+def get_task(name: str) -> elo.tasks.AbstractTask:
+    """A fresh cell's task by name: the kinds `tasks.py` builds, else `elo.tasks.get_task`."""
+    if name == tasks.ADDING:
+        return tasks.adding_task()
+    if name == tasks.FRIEDMAN:
+        return tasks.friedman_task()
+    for dataset in ("mnist", "fashionmnist"):
+        for widths in ((32, 8), (64, 16)):
+            if name == tasks.autoencoder_name(dataset, widths):
+                return tasks.autoencoder_task(dataset, widths)
+    return elo.tasks.get_task(name)
+
+
+def parse_cells(spec: str | None) -> list[tuple[str, int]]:
+    """The cells `--cell` names by their 1-based number in rule.md's table (`"4"`, `"1-3"`,
+    `"1,5"`); every cell without it."""
+    if spec is None:
+        return list(settings.CELLS)
+    numbers: list[int] = []
+    for part in spec.split(","):
+        low, _, high = part.partition("-")
+        try:
+            numbers += range(int(low), int(high or low) + 1)
+        except ValueError:
+            raise SystemExit(f"--cell {spec!r}: give cell numbers like 4, 1-3 or 1,5.") from None
+    bad = [n for n in numbers if not 1 <= n <= len(settings.CELLS)]
+    if bad:
+        raise SystemExit(f"--cell {bad[0]}: the cells are numbered 1 to {len(settings.CELLS)}.")
+    return [settings.CELLS[n - 1] for n in dict.fromkeys(numbers)]
+
+
+def weights_sha256(name: str) -> str:
+    """The sha256 of a shipped optimizer's installed weights file."""
+    files = importlib.resources.files("elo.pretrained")
+    return hashlib.sha256(files.joinpath(f"{name}.eqx").read_bytes()).hexdigest()
+
+
+def learned_optimizer(name: str) -> elo.AbstractLearnedOptimizer:
+    """A shipped learned optimizer with protocol v2's warm-up + cosine step (rule.md §1)."""
+    lo = elo.pretrained(name)
+    schedule = settings.LEARNED_SCHEDULES.get(type(lo).__name__)
+    if schedule is None:
+        raise SystemExit(f"{name} is a {type(lo).__name__}: rule.md §1 defines no schedule for it.")
+    return lo.with_hyperparameters(**schedule)
+
+
+def tuning(optimizer: str, horizon: int) -> dict[str, Any]:
+    """`elo.tune`'s arguments for `optimizer` on a cell of `horizon` steps (rule.md §1)."""
+    grid = settings.GRIDS["learned" if optimizer in settings.LEARNED else optimizer]
+    return {
+        "num_steps": horizon,
+        "values": elo.log_grid(*grid, settings.SWEEP_POINTS),
+        "seeds": settings.EVAL_SEEDS,
+        "eval_every": max(1, horizon // 10),
+        "extend_edges": settings.MAX_EDGE_EXTENSIONS,
+    }
+
+
+def per_seed(result: elo.Evaluation) -> dict[str, list[float | None]]:
+    """A run's per-seed figures: final validation loss, and final test loss capped at its
+    initial test loss, a non-finite end counting at the initial loss (rule.md §1)."""
+    test = np.asarray(result.test_loss, np.float64)
+    final, initial = test[:, -1], test[:, 0]
+    capped = np.where(np.isfinite(final), np.minimum(final, initial), initial)
+    validation = np.asarray(result.validation_loss, np.float64)[:, -1]
+    return {
+        "validation_loss": [common.finite_or_none(float(v)) for v in validation],
+        "test_loss": [float(v) for v in capped],
+        "test_loss_uncapped": [common.finite_or_none(float(v)) for v in final],
+        "initial_test_loss": [float(v) for v in initial],
+        "diverged": [bool(not np.isfinite(v)) for v in final],
+        "worse_than_initial": [bool(np.isfinite(f) and f > i) for f, i in zip(final, initial)],
+    }
+
+
+def summarise(tuned: elo.Tuned, seconds: float) -> dict[str, Any]:
+    """One optimizer on one cell: every swept value's per-seed figures, the choice and its
+    edge mark."""
+    sweep = [{"value": v, **per_seed(r)} for v, r in zip(tuned.values, tuned.sweep)]
+    chosen = sweep[tuned.selected]
+    return {
+        "name": tuned.name,
+        "hyperparameter": tuned.hyperparameter,
+        "values": list(tuned.values),
+        "extended": list(tuned.extended),
+        "selected": tuned.selected,
+        "value": tuned.value,
+        "at_edge": tuned.at_edge,
+        "validation_loss": float(
+            np.mean([np.inf if v is None else v for v in chosen["validation_loss"]])
+        ),
+        "test_loss": float(np.mean(chosen["test_loss"])),
+        "sweep": sweep,
+        "steps": [int(s) for s in tuned.best.steps],
+        "seconds": seconds,
+        "environment": common.environment(),
+    }
+
+
+def evaluate_cell(results: Path, optimizer: str, task_name: str, horizon: int) -> None:
+    """Tune `optimizer` on one cell into its result file, unless it exists or another driver
+    holds it."""
+    path = results / optimizer / f"{task_name}@{horizon}.json"
+    if path.is_file():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        if path.is_file():
+            return
+        started = time.perf_counter()
+        if optimizer in settings.LEARNED:
+            subject: Any = learned_optimizer(optimizer)
+            extra = {"weights_sha256": weights_sha256(optimizer)}
+        else:
+            subject, extra = optimizer, {"weight_decay": settings.WEIGHT_DECAY[optimizer]}
+        tuned = elo.tune(subject, get_task(task_name), name=optimizer, **tuning(optimizer, horizon))
+        seconds = time.perf_counter() - started
+        common.write_json(path, summarise(tuned, seconds) | extra)
+        log(f"{optimizer} {task_name}@{horizon}: {seconds:.0f} s")
+
+
+def optimizers(names: Sequence[str] | None) -> list[str]:
+    """The optimizers to run (rule.md §4), checked; refuses while `celo2` is not shipped."""
+    every = [*settings.BASELINES, *settings.LEARNED]
+    chosen = every if not names else list(names)
+    unknown = [n for n in chosen if n not in every]
+    if unknown:
+        raise SystemExit(
+            f"--optimizer {unknown[0]!r}: the study's optimizers are {', '.join(every)}."
+        )
+    if "celo2" in chosen and "celo2" not in elo.available_pretrained():
+        raise SystemExit(
+            "`celo2` is not shipped yet: run `python -m studies.fresh_cells.ship_rule` once every "
+            "candidate has its headline results, and ship its winner as `celo2` in a reviewed "
+            "commit (rule.md §3) before any fresh result."
+        )
+    if {"celo2", "celo2_published"} <= set(chosen) and weights_sha256("celo2") == weights_sha256(
+        "celo2_published"
+    ):
+        log("celo2 is the published Celo2 (the ship rule's winner): evaluated once, as celo2")
+        chosen.remove("celo2_published")
+    return chosen
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--cell", help="cell numbers of rule.md's table (4, 1-3, 1,5)")
+    parser.add_argument("--optimizer", action="append", help="this optimizer only (repeatable)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    names = optimizers(args.optimizer)
+    for task_name, horizon in parse_cells(args.cell):
+        for name in names:
+            evaluate_cell(args.results_dir, name, task_name, horizon)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""The fresh cells' driver: cell selection, the refusal before `celo2` ships, and one cell
+tuned end to end at toy size (a tiny task stands in for the fresh cells)."""
+
+import json
+
+import pytest
+
+import elo
+from studies.fresh_cells import evaluate, settings
+
+
+def test_cells_are_chosen_by_their_number_in_the_rule():
+    assert evaluate.parse_cells("1-2,14") == [
+        settings.CELLS[0],
+        settings.CELLS[1],
+        settings.CELLS[13],
+    ]
+    assert evaluate.parse_cells(None) == list(settings.CELLS)
+    with pytest.raises(SystemExit, match="numbered 1 to 14"):
+        evaluate.parse_cells("15")
+    with pytest.raises(SystemExit, match="like 4, 1-3"):
+        evaluate.parse_cells("a")
+
+
+def test_every_fresh_task_builds():
+    names = dict.fromkeys(task for task, _ in settings.CELLS)
+    assert len(names) == 13  # Friedman #1 is two cells
+    for name in names:
+        assert evaluate.get_task(name).name == name
+
+
+def test_nothing_runs_before_celo2_ships(monkeypatch):
+    monkeypatch.setattr(elo, "available_pretrained", lambda: ("celo2_published",))
+    with pytest.raises(SystemExit, match="not shipped yet"):
+        evaluate.optimizers(None)
+    assert evaluate.optimizers(["adamw"]) == ["adamw"]
+    with pytest.raises(SystemExit, match="the study's optimizers are"):
+        evaluate.optimizers(["adam"])
+
+
+def test_the_protocol_grids_include_the_common_defaults():
+    assert 1e-3 in [round(v, 12) for v in evaluate.tuning("adamw", 300)["values"]]
+    assert 1.0 in evaluate.tuning("small_fc_mnist8", 300)["values"]
+    assert evaluate.tuning("sgd", 300)["extend_edges"] == settings.MAX_EDGE_EXTENSIONS
+
+
+def test_a_cell_is_tuned_once_into_its_result(tmp_path, monkeypatch):
+    task = elo.tasks.get_task("mlp-w8-d1_mnist-8x8x1")
+    monkeypatch.setattr(evaluate, "get_task", lambda name: task)
+    monkeypatch.setattr(settings, "SWEEP_POINTS", 3)
+    monkeypatch.setattr(settings, "EVAL_SEEDS", 2)
+    monkeypatch.setattr(settings, "MAX_EDGE_EXTENSIONS", 1)
+    evaluate.evaluate_cell(tmp_path, "small_fc_mnist8", task.name, 20)
+    path = tmp_path / "small_fc_mnist8" / f"{task.name}@20.json"
+    result = json.loads(path.read_text())
+    sweep = result["sweep"]
+    assert len(sweep) in (3, 4) and sum(result["extended"]) == len(sweep) - 3
+    assert all(len(row["test_loss"]) == 2 for row in sweep)
+    for row in sweep:  # capped at the initial loss, per seed
+        assert all(t <= i for t, i in zip(row["test_loss"], row["initial_test_loss"]))
+    assert result["value"] == sweep[result["selected"]]["value"]
+    assert len(result["weights_sha256"]) == 64
+    before = path.stat().st_mtime_ns
+    evaluate.evaluate_cell(tmp_path, "small_fc_mnist8", task.name, 20)
+    assert path.stat().st_mtime_ns == before
