@@ -145,6 +145,64 @@ def test_learning_rate_must_be_finite_and_positive(learning_rate):
         inspect.unwrap(as_optax)(SmallFC(key=jax.random.key(0)), num_steps=10, learning_rate=True)
 
 
+def _updates_over(opt, steps, params, grads):
+    state, out = opt.init(params), []
+    for _ in range(steps):
+        updates, state = opt.update(grads, state, params)
+        out.append(updates)
+    return out
+
+
+def test_learning_rate_may_be_a_traced_scalar_or_a_schedule():
+    """A float, the same value as a scalar array traced under `jax.jit`, and a constant
+    schedule give the same updates bit for bit; a schedule of the step number scales step t
+    by its value at t, as `optax.scale_by_schedule` after the optimizer does."""
+    params, loss = mlp_problem()
+    grads = jax.grad(loss)(params)
+    lo = SmallFC(key=jax.random.key(0))
+
+    def run(learning_rate):
+        return _updates_over(
+            as_optax(lo, num_steps=4, learning_rate=learning_rate), 4, params, grads
+        )
+
+    # All compiled, so that all sum in the same order.
+    by_array = jax.jit(run)(jnp.float32(3.0))
+    by_float = jax.jit(lambda: run(3.0))()
+    by_constant = jax.jit(lambda: run(lambda count: 3.0))()
+    assert eqx.tree_equal(by_array, by_float, by_constant)
+
+    def schedule(count):
+        return 0.5 * (count + 1.0)
+
+    scheduled = _updates_over(as_optax(lo, num_steps=4, learning_rate=schedule), 4, params, grads)
+    chained = _updates_over(
+        optax.chain(as_optax(lo, num_steps=4), optax.scale_by_schedule(schedule)),
+        4,
+        params,
+        grads,
+    )
+    assert eqx.tree_equal(scheduled, chained)
+    assert not eqx.tree_equal(scheduled, by_float)
+
+
+@pytest.mark.parametrize(
+    "learning_rate, message",
+    [
+        (jnp.ones(2), "float scalar"),
+        (jnp.int32(3), "float scalar"),
+        (jnp.float32(-1.0), "finite and > 0"),
+        (np.float32("nan"), "finite float > 0"),
+        ("3", "schedule"),
+    ],
+)
+def test_learning_rate_arrays_and_other_types_are_checked(learning_rate, message):
+    with pytest.raises(ValueError, match=message):
+        inspect.unwrap(as_optax)(
+            SmallFC(key=jax.random.key(0)), num_steps=10, learning_rate=learning_rate
+        )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cls", [SmallFC, Celo2], ids=lambda c: c.__name__)
 def test_learning_rate_scales_the_updates(cls):

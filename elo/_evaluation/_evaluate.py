@@ -272,11 +272,9 @@ class _Learned(eqx.Module):
     num_steps: int = eqx.field(static=True)
 
     def __call__(self, multiplier: Scalar | None) -> optax.GradientTransformation:
-        opt = as_optax(self.lo, num_steps=self.num_steps)
         if multiplier is None:
-            return opt
-        # What `as_optax(..., learning_rate=m)` does, with a traced `m`.
-        return optax.chain(opt, optax.scale(multiplier))
+            return as_optax(self.lo, num_steps=self.num_steps)
+        return as_optax(self.lo, num_steps=self.num_steps, learning_rate=multiplier)
 
 
 class _Given(eqx.Module):

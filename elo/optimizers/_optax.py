@@ -48,7 +48,27 @@ def _check_num_steps(num_steps: Any) -> int:
     return int(num_steps)
 
 
-def _check_learning_rate(learning_rate: Any) -> float:
+def _check_learning_rate(learning_rate: Any) -> float | Array | optax.Schedule:
+    """`as_optax`'s `learning_rate`: a finite float > 0, a scalar float array (traced or not;
+    a concrete one is checked like a float) or a schedule (a callable of the step number)."""
+    if callable(learning_rate):
+        return learning_rate
+    if isinstance(learning_rate, jax.Array | np.ndarray) and not isinstance(
+        learning_rate, bool | np.bool_
+    ):
+        if learning_rate.shape != () or not jnp.issubdtype(learning_rate.dtype, jnp.floating):
+            raise ValueError(
+                "as_optax(learning_rate=...) as an array must be a float scalar (shape ()), got "
+                f"shape {learning_rate.shape} and dtype {learning_rate.dtype}."
+            )
+        if isinstance(learning_rate, Tracer):
+            return learning_rate
+        checked = float(learning_rate)
+        if not (math.isfinite(checked) and checked > 0):
+            raise ValueError(
+                f"as_optax(learning_rate=...) must be finite and > 0; got {checked!r}."
+            )
+        return jnp.asarray(learning_rate)
     if (
         isinstance(learning_rate, bool)
         or not isinstance(learning_rate, numbers.Real)
@@ -56,11 +76,17 @@ def _check_learning_rate(learning_rate: Any) -> float:
         or learning_rate <= 0
     ):
         raise ValueError(
-            "as_optax(learning_rate=...) must be a finite float > 0, a multiplier on the learned "
-            f"optimizer's own step size (1.0 keeps it unchanged); got {learning_rate!r}. For a "
-            "schedule, chain with `optax.scale_by_schedule`."
+            "as_optax(learning_rate=...) must be a finite float > 0 (a multiplier on the learned "
+            "optimizer's own step size, 1.0 keeps it unchanged), a float scalar array (e.g. "
+            "traced, to sweep it under `jax.vmap`) or a schedule (a callable of the step "
+            f"number, like an optax schedule); got {learning_rate!r}."
         )
     return float(learning_rate)
+
+
+def _scaled(updates: Updates, multiplier: Any) -> Updates:
+    """`updates` times `multiplier`, each in its own dtype (as `optax.scale` by a Python float)."""
+    return jax.tree.map(lambda u: (u * multiplier).astype(u.dtype), updates)
 
 
 def _check_after_end(after_end: Any) -> None:
@@ -205,7 +231,7 @@ def as_optax(
     lo: AbstractLearnedOptimizer,
     *,
     num_steps: int | None = None,
-    learning_rate: float = 1.0,
+    learning_rate: float | Array | optax.Schedule = 1.0,
     chunk_size: int | None = None,
     after_end: Literal["warn", "hold", "stop", "error"] = "warn",
 ) -> optax.GradientTransformationExtraArgs:
@@ -231,7 +257,9 @@ def as_optax(
     `learning_rate` multiplies every update (weight decay included), exactly like appending
     `optax.scale(learning_rate)`. Raise it when Adam needs a learning rate well above $10^{-3}$
     on your problem, or when a short run barely moves the loss: e.g. `learning_rate=10` where
-    Adam wants $10^{-2}$.
+    Adam wants $10^{-2}$. It may be a scalar array, traced or not (sweep it under `jax.vmap`:
+    [`elo.tune`][] does), or a schedule: a callable of the step number (0 at the first
+    update) like an optax schedule, applied on top of the optimizer's own schedule.
 
     **Non-finite gradients.** An entry whose gradient is NaN (or $\\pm\\infty$) gets a NaN
     update, as with optax's own optimizers, so a broken loss shows in the parameters instead of
@@ -322,8 +350,9 @@ def as_optax(
 
     - `lo`: the learned optimizer.
     - `num_steps`: the number of updates the run will make, a positive int below $2^{31}$.
-    - `learning_rate`: a multiplier on the learned optimizer's own step size, a finite float
-      $> 0$ (1.0: the step it was trained with).
+    - `learning_rate`: a multiplier on the learned optimizer's own step size: a finite float
+      $> 0$ (1.0: the step it was trained with), a float scalar array (traced or not), or a
+      schedule of the step number.
     - `chunk_size`: elements of a large tensor processed at once, a positive int, or `None`
       for the default (32768 on CPU, $2^{22}$ elsewhere). Lower it if the update runs out of
       memory; raise it on an accelerator with memory to spare.
@@ -410,7 +439,11 @@ def as_optax(
         updates, state = _update_present(lo, grads, state, params, chunk_size)
         state = eqx.tree_at(lambda s: s.iteration, state, count + 1)
         updates = jax.tree.map(_nan_where_not_finite, updates, grads)
-        if learning_rate != 1.0:
+        if callable(learning_rate):
+            updates = _scaled(updates, learning_rate(count))
+        elif not isinstance(learning_rate, float):
+            updates = _scaled(updates, learning_rate)
+        elif learning_rate != 1.0:
             updates = jax.tree.map(lambda u: u * learning_rate, updates)
         return updates, state
 
