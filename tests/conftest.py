@@ -1,9 +1,19 @@
 """Test-wide JAX settings: strict numerics and four CPU devices so sharding is tested everywhere."""
 
 import os
+import shutil
+import tempfile
 
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+# One compilation cache on disk for the whole run, shared by the test processes a run starts
+# (`elo meta-train` in a subprocess, the distributed tests' peers): many tests compile the same
+# small meta-training programs. Per run, so no test ever reads a program an older `elo` compiled.
+# Made by the first process of a run; the workers pytest-xdist starts inherit its environment.
+_OWN_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _OWN_CACHE = tempfile.mkdtemp(prefix="elo-tests-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
 
 import jax  # noqa: E402
 
@@ -18,10 +28,30 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 import pytest  # noqa: E402
 
 
+_MAPPINGS_BEFORE_RELEASE = 40_000
+
+
+def _memory_mappings() -> int:
+    try:
+        with open("/proc/self/maps") as maps:
+            return sum(1 for _ in maps)
+    except OSError:
+        return 0
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
-    """Drop JAX's compiled programs after each test module. The whole suite runs in one process
-    and compiles thousands of programs; each holds memory mappings of its machine code, and past
-    the kernel's limit on mappings (`vm.max_map_count`, 65530 here) XLA's compiler crashes."""
+    """Drop JAX's compiled programs after a test module once the process holds many memory
+    mappings. The whole lane runs in one process and compiles thousands of programs; each holds
+    mappings of its machine code, and past the kernel's limit (`vm.max_map_count`, 65530 here)
+    XLA's compiler crashes. Clearing only near that limit keeps the programs that later modules
+    compile again (the small meta-training configurations above all)."""
     yield
-    jax.clear_caches()
+    if _memory_mappings() > _MAPPINGS_BEFORE_RELEASE:
+        jax.clear_caches()
+
+
+def pytest_unconfigure(config):
+    """The run's compilation cache goes with the run, removed by the process that made it."""
+    if _OWN_CACHE is not None:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
