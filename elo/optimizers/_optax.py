@@ -5,7 +5,7 @@ import math
 import numbers
 import threading
 import warnings
-from typing import Any, Literal
+from typing import Any, cast, Literal
 
 import equinox as eqx
 import equinox.internal as eqxi
@@ -52,7 +52,7 @@ def _check_learning_rate(learning_rate: Any) -> float | Array | optax.Schedule:
     """`as_optax`'s `learning_rate`: a finite float > 0, a scalar float array (traced or not;
     a concrete one is checked like a float) or a schedule (a callable of the step number)."""
     if callable(learning_rate):
-        return learning_rate
+        return cast(optax.Schedule, learning_rate)
     if isinstance(learning_rate, jax.Array | np.ndarray) and not isinstance(
         learning_rate, bool | np.bool_
     ):
