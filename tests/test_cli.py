@@ -110,9 +110,10 @@ def test_the_progress_bar_names_the_phase_beside_alpha(straight, tmp_path, capsy
 
 
 def test_the_cli_validates_by_default_without_changing_the_run(straight, tmp_path, capsys):
-    """Without --validate-every the command checks the learned optimizer alone 5 times (and at
-    step 0), shows the last and best scores on the progress bar, and ends with them and the
-    command that evaluates the run; the checks leave the training bit for bit as it was."""
+    """Without --validate-every the command checks the learned optimizer alone (here, a run
+    shorter than 250 outer steps, at step 0 and the last), shows the last and best scores on the
+    progress bar, and ends with them and the command that evaluates the run; the checks leave
+    the training bit for bit as it was."""
     assert TINY[2:4] == ["--validate-every", "0"]
     defaults = [*TINY[:2], *TINY[4:]]
     out = tmp_path / "validated"
@@ -120,8 +121,8 @@ def test_the_cli_validates_by_default_without_changing_the_run(straight, tmp_pat
     assert main([*argv, "--validate-steps", "3"]) == 0
     captured = capsys.readouterr()
     checks = elo.read_validation(out)
-    assert [r["step"] for r in checks] == [0, 2, 4, 6, 8]  # every ceil(8 / 5) = 2 outer steps
-    assert elo.read_sessions(out)[0]["options"]["validate_every"] == 2
+    assert [r["step"] for r in checks] == [0, 8]
+    assert elo.read_sessions(out)[0]["options"]["validate_every"] == 250
     scores = [r["validation"]["score"] for r in checks]
     assert f"val={scores[-1]:.4g} best={min(scores):.4g}" in captured.err
     assert "meta-train (validating)" in captured.err
@@ -147,6 +148,18 @@ def test_the_cli_validates_by_default_without_changing_the_run(straight, tmp_pat
     off = tmp_path / "off"
     assert main([*argv[:-1], str(off), "--validate-every", "0"]) == 0
     assert not elo.read_validation(off) and "No validation score" in capsys.readouterr().out
+
+
+def test_validate_every_auto_makes_5_checks_at_least_250_steps_apart():
+    from elo.cli._meta_train import validate_every
+
+    assert validate_every("auto", 3000, distributed=False) == 600  # the README's run
+    assert validate_every("auto", 1001, distributed=False) == 250
+    assert validate_every("auto", 1301, distributed=False) == 261
+    assert validate_every("auto", 8, distributed=False) == 250  # step 0's check and the last
+    assert validate_every("auto", 3000, distributed=True) == 0  # refused with --distributed
+    assert validate_every("7", 3000, distributed=False) == 7
+    assert validate_every("0", 3000, distributed=False) == 0
 
 
 @pytest.mark.slow
@@ -485,6 +498,30 @@ def test_the_progress_bar_leaves_the_compiling_step_out_of_its_estimate(
     frames = re.findall(r"(\d+)/8 \[[\d:]+<([\d:]+|\?)", progress)
     early = [left for n, left in frames if 2 <= int(n) <= 3]
     assert early and all(left in ("00:00", "00:01") for left in early), frames
+
+
+@pytest.mark.slow
+def test_validation_checks_stay_out_of_the_progress_bar_estimate(tmp_path, monkeypatch, capsys):
+    # Checks of 1.5 s after steps 2, 4 and 6, steps of 0.2 s: counting a check as a step's time
+    # would put the time left at several seconds after it; without them, at most a second or two.
+    import elo._run._validator as validator_module
+
+    real_validate = validator_module.validate
+
+    def slow_validate(*args, **kwargs):
+        time.sleep(1.5)
+        return real_validate(*args, **kwargs)
+
+    monkeypatch.setattr(validator_module, "validate", slow_validate)
+    _first_states(monkeypatch, sleep=lambda calls: 0.2)
+    out = tmp_path / "eta"
+    argv = ["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out)]
+    assert main([*argv, "--validate-every", "2", "--validate-steps", "3"]) == 0
+    progress = capsys.readouterr().err
+    frames = re.findall(r"(\d+)/8 \[[\d:]+<([\d:]+|\?)", progress)
+    after_checks = [left for n, left in frames if int(n) in (3, 5, 7)]
+    assert after_checks, frames
+    assert all(left in ("00:00", "00:01", "00:02") for left in after_checks), frames
 
 
 @pytest.mark.slow

@@ -311,6 +311,14 @@ def _signals_ignored(in_main_thread: bool):
             signal.signal(signum, handler)
 
 
+def _out_of_the_rate(bar: Any, seconds: float) -> None:
+    """Leave `seconds` (a validation check) out of the bar's rate, as the compiling step is:
+    counted as the time of one outer step, a check would put the time left at hours for a while.
+    The elapsed time still counts it."""
+    if not bar.disable:
+        bar.last_print_t += seconds
+
+
 def _loop(
     state: MetaState,
     run_key: Any,
@@ -392,7 +400,9 @@ def _loop(
                 validated = validator is not None and validator.due(step, total)
                 if validator is not None and validated:
                     bar.set_description("meta-train (validating)")
+                    checking = time.time()
                     validator(state, step, metrics_file)
+                    _out_of_the_rate(bar, time.time() - checking)
                     bar.set_description("meta-train", refresh=False)
                 # A new phase or a new validation score is shown at once, not at the next refresh.
                 phase = supervision_phase(config, metrics["alpha"])

@@ -25,7 +25,9 @@ from ._task_factory import is_factory, load_factory_tasks, resolve_tasks, TASK_H
 
 
 AUTO_CHECKS = 5
-"""Checks over a run with `--validate-every auto` (the default), after step 0's."""
+"""Checks over a run with `--validate-every auto` (the default), after step 0's..."""
+AUTO_MIN_EVERY = 250
+"""... but at least this many outer steps apart (a shorter run: step 0's and the last)."""
 
 DESCRIPTION = """\
 Meta-train a learned optimizer from a preset, in a run directory that can be resumed.
@@ -45,7 +47,8 @@ expert's while alpha < 1: the progress bar names the phase beside alpha (imitati
 fused, alone at alpha = 1), and the meta-loss changes meaning with it, so its rise when the
 learned optimizer takes over is no failure. What says whether meta-training works is the
 validation score (val=, lower is better; best= the best so far): every K outer steps
-(--validate-every K; by default 5 checks over the run, plus one at step 0) the learned optimizer
+(--validate-every K; by default 5 checks over the run, at least 250 outer steps apart, plus one
+at step 0 and one at the last) the learned optimizer
 trains a meta-training task *alone* at parameter scales 0.1, 1 and 10 and is scored on that
 task's validation split (never a test set); the records go to metrics.jsonl (lines with a
 "validation" key) and the best-scoring optimizer so far to best_optimizer.eqx. The run ends by
@@ -135,8 +138,8 @@ def add_parser(subparsers: Any) -> None:
         metavar="K|auto",
         help="every K outer steps (and at step 0 and the last), score the learned optimizer "
         "alone on a meta-validation problem and keep the best in best_optimizer.eqx (0: never; "
-        f"auto: {AUTO_CHECKS} checks over the run, every ceil(steps/{AUTO_CHECKS}) outer steps; "
-        "never with --distributed)",
+        f"auto: {AUTO_CHECKS} checks over the run, every ceil(steps/{AUTO_CHECKS}) outer steps "
+        f"but at least {AUTO_MIN_EVERY}; never with --distributed)",
     )
     parser.add_argument(
         "--validate-steps",
@@ -216,14 +219,18 @@ def configure_cpu_devices(setting: str) -> None:
 def validate_every(setting: str, num_outer_steps: int, distributed: bool) -> int:
     """`--validate-every` as outer steps between checks (0: never).
 
-    `auto` makes `AUTO_CHECKS` checks after step 0's. One check of the README's run (2000
-    steps at 3 scales and 2 seeds of `mlp-w32-d1_mnist-8x8x1`) costs about as much as 50 to 75
-    of its outer steps, plus a compilation as long as the first outer step's, so 5 checks add
-    about a sixth to the run; see `docs/cli.md`. Runs with `--distributed`, where validation
-    is refused, are not validated by default.
+    `auto` makes `AUTO_CHECKS` checks after step 0's, at least `AUTO_MIN_EVERY` outer steps
+    apart. One check of the README's run (2000 steps at 3 scales and 2 seeds of
+    `mlp-w32-d1_mnist-8x8x1`) costs about as much as 50 to 75 of its outer steps, plus a
+    compilation about as long as the first outer step's: 5 checks add about a sixth to its 3000
+    steps, and checks 250 steps apart at most about a quarter to a shorter run (see
+    `docs/cli.md`). Runs with `--distributed`, where validation is refused, are not validated by
+    default.
     """
     if setting == "auto":
-        return 0 if distributed else math.ceil(num_outer_steps / AUTO_CHECKS)
+        if distributed:
+            return 0
+        return max(math.ceil(num_outer_steps / AUTO_CHECKS), AUTO_MIN_EVERY)
     every = int(setting) if setting.isascii() and setting.isdigit() else -1
     if every < 0:
         raise CLIError(f"--validate-every must be 'auto', 0 or positive, got {setting!r}.")
