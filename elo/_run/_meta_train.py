@@ -392,26 +392,27 @@ def _loop(
                 # The metrics line is written before the state advances, so an interruption
                 # anywhere leaves the file holding at least the checkpoint's steps.
                 state, step = new_state, t + 1
+                # The bar shows the step it counts, and a new phase or validation score at once,
+                # not at the next refresh.
+                phase = supervision_phase(config, metrics["alpha"])
+                scores = None if validator is None else validator.scores
+                postfix = progress_postfix(config, metrics, scores)
                 if t == start:
                     bar.close()
                     bar = progress(step, "meta-train", leave=True)
+                    bar.set_postfix_str(postfix)
                 else:
-                    bar.update(1)
-                validated = validator is not None and validator.due(step, total)
-                if validator is not None and validated:
+                    bar.set_postfix_str(postfix, refresh=False)
+                    if not bar.update(1) and phase != shown_phase:
+                        bar.refresh()
+                shown_phase = phase
+                if validator is not None and validator.due(step, total):
                     bar.set_description("meta-train (validating)")
                     checking = time.time()
                     validator(state, step, metrics_file)
                     _out_of_the_rate(bar, time.time() - checking)
                     bar.set_description("meta-train", refresh=False)
-                # A new phase or a new validation score is shown at once, not at the next refresh.
-                phase = supervision_phase(config, metrics["alpha"])
-                scores = None if validator is None else validator.scores
-                bar.set_postfix_str(
-                    progress_postfix(config, metrics, scores),
-                    refresh=validated or phase != shown_phase,
-                )
-                shown_phase = phase
+                    bar.set_postfix_str(progress_postfix(config, metrics, validator.scores))
                 if step % every == 0 or step == total:
                     save_now()
                     saved_at = step

@@ -155,7 +155,11 @@ def add_parser(subparsers: Any) -> None:
         "meta-training task; its validation split is scored); with several, comma-separated, "
         "the score is the mean of theirs",
     )
-    parser.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="do not show the progress bar, nor the summary at the end",
+    )
     parser.add_argument(
         "--distributed",
         action="store_true",
