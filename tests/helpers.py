@@ -22,15 +22,22 @@ TINY_FIELDS = dict(
 """The smallest meta-training run that exercises every part of the state (`pes_small_fc`)."""
 
 
+TINY_ELO_FIELDS = dict(expert="adamw", supervision_start=2, supervision_end=5)
+"""With `TINY_FIELDS` and 8 outer steps: imitation ($\\alpha = 0$) at steps 0-2, fused at 3-4,
+the learned optimizer alone from step 5 on."""
+
+
 def tiny_config(**overrides) -> elo.MetaConfig:
     """The tiny run's config (tests that share it share the compiled `meta_step`)."""
     return elo.presets.pes_small_fc(**(TINY_FIELDS | overrides))
 
 
-def tiny_cli_args() -> list[str]:
-    """`elo meta-train` arguments for the tiny run (its `--steps` sets `num_outer_steps`)."""
-    args = ["--preset", "pes_small_fc"]
-    for name, value in TINY_FIELDS.items():
+def tiny_cli_args(**overrides) -> list[str]:
+    """`elo meta-train` arguments for the tiny run (its `--steps` sets `num_outer_steps`), with
+    `--set` overrides. Without validation (`--validate-every 0`), which the command makes by
+    default: a later `--validate-every` overrides it."""
+    args = ["--preset", "pes_small_fc", "--validate-every", "0"]
+    for name, value in (TINY_FIELDS | overrides).items():
         if name != "num_outer_steps":
             text = ",".join(value) if isinstance(value, tuple) else str(value)
             args += ["--set", f"{name}={text}"]

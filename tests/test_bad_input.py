@@ -396,11 +396,18 @@ def test_evaluate_lr_sweep_selected_on_validation_writes_its_result(tmp_path):
     assert document["select"] == "validation_loss" and len(document["sweep"]) == 2
 
 
-def test_validate_task_without_validate_every_is_refused(tmp_path, capsys):
+def test_validate_task_without_validation_is_refused(tmp_path, capsys):
     argv = ["meta-train", "--preset", "pes_small_fc_cpu", "--steps", "1", "--out", str(tmp_path)]
-    argv += ["--validate-task", "quadratic-d4"]
+    argv += ["--validate-task", "quadratic-d4", "--validate-every", "0"]
     assert main(argv) == 2
-    assert "--validate-task applies with --validate-every" in capsys.readouterr().err
+    assert "--validate-every 0 turns validation off" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "1.5", ""])
+def test_a_bad_validate_every_is_refused(tmp_path, capsys, value):
+    argv = ["meta-train", "--preset", "pes_small_fc_cpu", "--steps", "1", "--out", str(tmp_path)]
+    assert main([*argv, "--validate-every", value]) == 2
+    assert "--validate-every must be 'auto', 0 or positive" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------------

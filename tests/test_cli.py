@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -28,7 +29,7 @@ from elo._run._metrics_file import read_metrics, scan_records
 from elo.cli import main
 from elo.cli._common import CLIError, parse_overrides
 
-from .helpers import bitwise_equal, tiny_cli_args, tiny_config
+from .helpers import bitwise_equal, tiny_cli_args, tiny_config, TINY_ELO_FIELDS
 
 
 TINY = tiny_cli_args()
@@ -84,6 +85,93 @@ def test_meta_train_writes_config_metrics_checkpoint_and_a_progress_bar(straight
     assert session["from_step"] == 0 and session["options"]["preset"] == "pes_small_fc"
     assert session["options"]["steps"] == STEPS
     assert session["environment"]["device_count"] == jax.device_count()
+
+
+def test_the_progress_bar_names_the_phase_beside_alpha(straight, tmp_path, capsys):
+    """ELO's tiny run goes from imitation through fused to alone; the bar shows each phase
+    as it starts, and the run ends by naming the phase it reached. Without an expert (the
+    straight run, PES) the learned optimizer is alone throughout."""
+    out = tmp_path / "elo"
+    args = [*tiny_cli_args(**TINY_ELO_FIELDS), "--steps", str(STEPS), "--out", str(out)]
+    assert main(["meta-train", *args]) == 0
+    captured = capsys.readouterr()
+    # alpha of outer steps 1..8 under the ramp from step 2 to 5 (TINY_ELO_FIELDS).
+    alphas = [r["alpha"] for r in _records(out)]
+    assert alphas == pytest.approx([0, 0, 0, 1 / 3, 2 / 3, 1, 1, 1], abs=1e-6)
+    shown = re.findall(r"alpha=([\d.]+) (\w+)", captured.err)
+    assert ("0.00", "imitation") in shown and ("0.33", "fused") in shown
+    assert ("1.00", "alone") in shown
+    phases = [phase for _, phase in shown]
+    firsts = sorted(set(phases), key=phases.index)
+    assert firsts == ["imitation", "fused", "alone"] and phases[-1] == "alone"
+    assert "Phase reached: alone (alpha = 1.00: the learned optimizer alone" in captured.out
+    _, pes = straight
+    assert set(re.findall(r"alpha=([\d.]+) (\w+)", pes)) == {("1.00", "alone")}
+
+
+def test_the_cli_validates_by_default_without_changing_the_run(straight, tmp_path, capsys):
+    """Without --validate-every the command checks the learned optimizer alone (here, a run
+    shorter than 250 outer steps, at step 0 and the last), shows the last and best scores on the
+    progress bar, and ends with them and the command that evaluates the run; the checks leave
+    the training bit for bit as it was."""
+    assert TINY[2:4] == ["--validate-every", "0"]
+    defaults = [*TINY[:2], *TINY[4:]]
+    out = tmp_path / "validated"
+    argv = ["meta-train", *defaults, "--steps", str(STEPS), "--out", str(out)]
+    assert main([*argv, "--validate-steps", "3"]) == 0
+    captured = capsys.readouterr()
+    checks = elo.read_validation(out)
+    assert [r["step"] for r in checks] == [0, 8]
+    assert elo.read_sessions(out)[0]["options"]["validate_every"] == 250
+    scores = [r["validation"]["score"] for r in checks]
+    assert f"val={scores[-1]:.4g} best={min(scores):.4g}" in captured.err
+    assert "meta-train (validating)" in captured.err
+    # The checks change nothing of the training (the straight run never validates).
+    assert bitwise_equal(load_optimizer(out), load_optimizer(straight[0]))
+    assert _without_time(elo.read_metrics(out)) == _without_time(_records(straight[0]))
+
+    best = checks[scores.index(min(scores))]
+    assert (
+        "Validation score of the learned optimizer alone (mlp-w32-d1_mnist-8x8x1, lower is "
+        f"better): {scores[-1]:.4g} at outer step 8 (from {scores[0]:.4g} at outer step 0); "
+        f"best {min(scores):.4g} at outer step {best['step']}, kept in "
+        f"{out / 'best_optimizer.eqx'}."
+    ) in captured.out
+    assert "Phase reached: alone (no expert: the learned optimizer alone" in captured.out
+    command = captured.out.strip().splitlines()[-1].strip()
+    expected = f"elo evaluate {out} --task mlp-w32-d1_mnist-8x8x1 --steps 10 --baselines adamw"
+    assert command == expected
+
+    # Rerunning the complete run repeats the summary; --validate-every 0 turns validation off.
+    assert main(argv) == 0
+    assert captured.out.splitlines()[-4:] == capsys.readouterr().out.splitlines()[-4:]
+    off = tmp_path / "off"
+    assert main([*argv[:-1], str(off), "--validate-every", "0"]) == 0
+    assert not elo.read_validation(off) and "No validation score" in capsys.readouterr().out
+
+
+def test_validate_every_auto_makes_5_checks_at_least_250_steps_apart():
+    from elo.cli._meta_train import validate_every
+
+    assert validate_every("auto", 3000, distributed=False) == 600  # the README's run
+    assert validate_every("auto", 1001, distributed=False) == 250
+    assert validate_every("auto", 1301, distributed=False) == 261
+    assert validate_every("auto", 8, distributed=False) == 250  # step 0's check and the last
+    assert validate_every("auto", 3000, distributed=True) == 0  # refused with --distributed
+    assert validate_every("7", 3000, distributed=False) == 7
+    assert validate_every("0", 3000, distributed=False) == 0
+
+
+@pytest.mark.slow
+def test_the_evaluate_command_of_the_summary_runs(straight, tmp_path, capsys):
+    out, _ = straight
+    assert main(["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out)]) == 0
+    command = capsys.readouterr().out.strip().splitlines()[-1].strip()
+    assert command.startswith(f"elo evaluate {out} --task ")
+    # As printed, with a shorter sweep and run, and its own output file.
+    shorter = ["--sweep", "2", "--steps", "4", "--out", str(tmp_path / "evaluation.json")]
+    assert main([*shlex.split(command)[1:], *shorter]) == 0
+    assert json.loads((tmp_path / "evaluation.json").read_text())["format"] == "elo-comparison"
 
 
 @pytest.mark.slow
@@ -440,6 +528,30 @@ def test_the_progress_bar_leaves_the_compiling_step_out_of_its_estimate(
     frames = re.findall(r"(\d+)/8 \[[\d:]+<([\d:]+|\?)", progress)
     early = [left for n, left in frames if 2 <= int(n) <= 3]
     assert early and all(left in ("00:00", "00:01") for left in early), frames
+
+
+@pytest.mark.slow
+def test_validation_checks_stay_out_of_the_progress_bar_estimate(tmp_path, monkeypatch, capsys):
+    # Checks of 1.5 s after steps 2, 4 and 6, steps of 0.2 s: counting a check as a step's time
+    # would put the time left at several seconds after it; without them, at most a second or two.
+    import elo._run._validator as validator_module
+
+    real_validate = validator_module.validate
+
+    def slow_validate(*args, **kwargs):
+        time.sleep(1.5)
+        return real_validate(*args, **kwargs)
+
+    monkeypatch.setattr(validator_module, "validate", slow_validate)
+    _first_states(monkeypatch, sleep=lambda calls: 0.2)
+    out = tmp_path / "eta"
+    argv = ["meta-train", *TINY, "--steps", str(STEPS), "--out", str(out)]
+    assert main([*argv, "--validate-every", "2", "--validate-steps", "3"]) == 0
+    progress = capsys.readouterr().err
+    frames = re.findall(r"(\d+)/8 \[[\d:]+<([\d:]+|\?)", progress)
+    after_checks = [left for n, left in frames if int(n) in (3, 5, 7)]
+    assert after_checks, frames
+    assert all(left in ("00:00", "00:01", "00:02") for left in after_checks), frames
 
 
 @pytest.mark.slow

@@ -48,6 +48,8 @@ not_a_function = 3
 TINY = [
     "--preset",
     "pes_small_fc",
+    "--validate-every",
+    "0",
     "--set",
     "num_particles=2",
     "--set",

@@ -19,6 +19,7 @@ import functools
 import os
 import re
 import textwrap
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -94,6 +95,10 @@ def _short_inner(kwargs: dict) -> None:
     kwargs["eval_every"] = kwargs["num_steps"]
 
 
+def _short_validation(kwargs: dict) -> None:
+    kwargs["num_steps"] = min(kwargs.get("num_steps", INNER_STEPS), INNER_STEPS)
+
+
 _STATES = {}
 
 
@@ -120,6 +125,7 @@ def short_runs(monkeypatch):
     monkeypatch.setattr(elo, "evaluate", _shortened(elo.evaluate, _short_inner))
     monkeypatch.setattr(elo, "tune", _shortened(elo.tune, _short_inner))
     monkeypatch.setattr(elo, "lr_sweep", _shortened(elo.lr_sweep, _short_inner))
+    monkeypatch.setattr(elo, "validate", _shortened(elo.validate, _short_validation))
     monkeypatch.setattr(elo, "init", _reused_init(elo.init))
 
 
@@ -151,6 +157,20 @@ def test_python_blocks_run(page, tmp_path, monkeypatch, short_runs):
         exec(compile(source, str(page), "exec"), namespace)
     if all(block.skip is not None for block in blocks):
         pytest.skip("; ".join(block.skip for block in blocks if block.skip))
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_the_first_pages_say_what_to_watch_in_the_words_of_the_progress_bar(page):
+    """A new user learns there that the validation score says whether meta-training works and
+    that the meta-loss changes meaning with the phase, named as the progress bar names it."""
+    from elo._run._report import Phase
+
+    text = " ".join((ROOT / page).read_text().split())
+    for phase in set(typing.get_args(Phase)) - {"alternating"}:  # CL's, not ELO's
+        assert f"`{phase}`" in text, phase
+    assert "validation score" in text and "lower is better" in text
+    assert re.search(r"meta.loss\W+(that )?changes meaning", text)
+    assert "no failure" in text and "`elo evaluate` command" in text
 
 
 def test_extract_python_blocks():

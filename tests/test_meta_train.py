@@ -8,7 +8,7 @@ import pytest
 import elo
 import elo._run._meta_train
 
-from .helpers import bitwise_equal, tiny_config
+from .helpers import bitwise_equal, tiny_config, TINY_ELO_FIELDS
 
 
 STEPS = 4
@@ -92,6 +92,49 @@ def test_bad_arguments_are_refused_before_anything_is_written(tmp_path, kwargs, 
     with pytest.raises(ValueError, match=match):
         elo.meta_train(tiny_config(), tmp_path / "run", **kwargs)
     assert not (tmp_path / "run").exists()
+
+
+def test_progress_shows_alpha_its_phase_and_validation_and_ends_with_a_summary(tmp_path, capsys):
+    config = tiny_config(num_outer_steps=STEPS)
+    out = tmp_path / "run"
+    validation = elo.ValidationSettings(2, num_steps=3)
+    elo.meta_train(config, out, seed=1, checkpoint_every=3, validation=validation)
+    captured = capsys.readouterr()
+    scores = [r["validation"]["score"] for r in elo.read_validation(out)]
+    assert len(scores) == 3  # steps 0, 2 and 4
+    assert f"alpha=1.00 alone, val={scores[-1]:.4g} best={min(scores):.4g}" in captured.err
+    assert "Validating the initial learned optimizer" in captured.err
+    assert "Phase reached: alone (no expert: the learned optimizer alone" in captured.out
+    assert "Validation score of the learned optimizer alone" in captured.out
+    command = f"elo evaluate {out} --task mlp-w32-d1_mnist-8x8x1 --steps 10 --baselines adamw"
+    assert captured.out.splitlines()[-1] == f"  {command}"
+    # Without progress: no bar and no summary, only the line that says the run is complete.
+    elo.meta_train(config, out, seed=1, checkpoint_every=3, validation=validation, progress=False)
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out.count("\n") == 1
+
+
+def test_the_phase_follows_alpha_and_the_supervision():
+    from elo._run._report import progress_postfix, supervision_phase
+
+    elo_config = tiny_config(**TINY_ELO_FIELDS)
+    alphas = (0.0, 1e-4, 0.5, 1 - 1e-4, 1.0)
+    expected = ["imitation", "fused", "fused", "fused", "alone"]
+    assert [supervision_phase(elo_config, a) for a in alphas] == expected
+    assert supervision_phase(tiny_config(), 1.0) == "alone"  # no expert
+    cl = tiny_config(**TINY_ELO_FIELDS, supervision="alternating")
+    assert {supervision_phase(cl, a) for a in alphas} == {"alternating"}
+    # A fused alpha is never shown as 0 or 1.
+    shown = [progress_postfix(elo_config, dict(alpha=a, meta_loss=0.5), None) for a in alphas]
+    assert shown == [
+        "alpha=0.00 imitation, meta_loss=0.5000",
+        "alpha=0.0001 fused, meta_loss=0.5000",
+        "alpha=0.50 fused, meta_loss=0.5000",
+        "alpha=0.9999 fused, meta_loss=0.5000",
+        "alpha=1.00 alone, meta_loss=0.5000",
+    ]
+    with_scores = progress_postfix(elo_config, dict(alpha=1.0, meta_loss=2.2), (0.61234, 0.587))
+    assert with_scores == "alpha=1.00 alone, val=0.6123 best=0.587, meta_loss=2.2000"
 
 
 def test_validation_settings_check_their_numbers():

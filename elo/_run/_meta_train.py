@@ -32,7 +32,8 @@ from .._outer._state import init, MetaState
 from .._runtime._mesh import particle_mesh, place
 from ..tasks import AbstractTask
 from ._lock import check_run_dir, locked, replace_earlier_start
-from ._metrics_file import clean_record, read_validation, repair_metrics
+from ._metrics_file import clean_record, read_metrics, read_validation, repair_metrics
+from ._report import progress_postfix, run_summary, supervision_phase
 from ._sessions import record_session
 from ._validator import validation_tasks, ValidationSettings, Validator
 from ._watchdog import StepWatchdog
@@ -92,7 +93,12 @@ def meta_train(
       [`elo.ValidationSettings`][]); None: never.
     - `init_from`: start the learned optimizer from the weights of this run directory,
       checkpoint or exported optimizer instead of random ones (everything else starts afresh).
-    - `progress`: show a progress bar on stderr.
+    - `progress`: show a progress bar on stderr: $\alpha$ with the phase of the supervision
+      (`imitation` at $\alpha = 0$, `fused`, `alone` at $\alpha = 1$; `alone` throughout
+      without an expert, `alternating` for CL), the last and best validation scores (`val=`,
+      `best=`, with `validation`) and the meta-loss; at the end print a summary: the phase
+      reached, the validation scores and the `elo evaluate` command that compares the run's
+      learned optimizer with tuned AdamW.
     - `tasks`: task objects to meta-train on instead of `config.tasks`; `config.json` records
       each as `name@fingerprint`, and the run resumes only with tasks of the same fingerprints.
     - `step_timeout`: seconds an outer step may take before the process exits with status 75
@@ -262,14 +268,32 @@ def _run(
         if validator.due(start, total) and not checked:
             if start > 0:
                 print(f"Making outer step {start}'s check, which was cut short.", file=sys.stderr)
+            elif progress and writer:
+                print(
+                    "Validating the initial learned optimizer (training it alone; the first "
+                    "check compiles).",
+                    file=sys.stderr,
+                )
             validator(state, start)
     if start >= total:
         print(
             f"{out}: the run is complete ({start} of {total} outer steps). To train on from its "
             f"learned optimizer, start a new run with --init-from {out} (init_from)."
         )
+        if progress and writer:
+            print(_summary(out, config, record))
         return state
-    return _loop(state, run_key, start, total, out, every, progress, step_timeout, validator)
+    state = _loop(state, run_key, start, total, out, every, progress, step_timeout, validator)
+    if progress and writer:
+        print(_summary(out, config, record))
+    return state
+
+
+def _summary(out: Path, config: MetaConfig, record: Mapping[str, Any]) -> str:
+    """The end-of-run summary, from the run's metrics file (all of the run's sessions)."""
+    steps = read_metrics(out / METRICS_FILE)
+    alpha = steps[-1].get("alpha") if steps else None
+    return run_summary(out, config, alpha, read_validation(out / METRICS_FILE), record)
 
 
 @contextlib.contextmanager
@@ -285,6 +309,14 @@ def _signals_ignored(in_main_thread: bool):
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _out_of_the_rate(bar: Any, seconds: float) -> None:
+    """Leave `seconds` (a validation check) out of the bar's rate, as the compiling step is:
+    counted as the time of one outer step, a check would put the time left at hours for a while.
+    The elapsed time still counts it."""
+    if not bar.disable:
+        bar.last_print_t += seconds
 
 
 def _loop(
@@ -343,6 +375,8 @@ def _loop(
     watchdog = StepWatchdog(step_timeout) if step_timeout is not None else contextlib.nullcontext()
     step = start
     saved_at = start
+    shown_phase = None
+    config = state.config
     with watchdog as dog:
         try:
             for t in range(start, total):
@@ -358,14 +392,27 @@ def _loop(
                 # The metrics line is written before the state advances, so an interruption
                 # anywhere leaves the file holding at least the checkpoint's steps.
                 state, step = new_state, t + 1
-                if validator is not None and validator.due(step, total):
-                    validator(state, step, metrics_file)
+                # The bar shows the step it counts, and a new phase or validation score at once,
+                # not at the next refresh.
+                phase = supervision_phase(config, metrics["alpha"])
+                scores = None if validator is None else validator.scores
+                postfix = progress_postfix(config, metrics, scores)
                 if t == start:
                     bar.close()
                     bar = progress(step, "meta-train", leave=True)
+                    bar.set_postfix_str(postfix)
                 else:
-                    bar.update(1)
-                bar.set_postfix(meta_loss=f"{metrics['meta_loss']:.4f}", refresh=False)
+                    bar.set_postfix_str(postfix, refresh=False)
+                    if not bar.update(1) and phase != shown_phase:
+                        bar.refresh()
+                shown_phase = phase
+                if validator is not None and validator.due(step, total):
+                    bar.set_description("meta-train (validating)")
+                    checking = time.time()
+                    validator(state, step, metrics_file)
+                    _out_of_the_rate(bar, time.time() - checking)
+                    bar.set_description("meta-train", refresh=False)
+                    bar.set_postfix_str(progress_postfix(config, metrics, validator.scores))
                 if step % every == 0 or step == total:
                     save_now()
                     saved_at = step

@@ -73,6 +73,12 @@ class Validator:
         self.tasks = settings.tasks
         scores = [r["validation"]["score"] for r in read_validation(out / METRICS_FILE)]
         self.best = min(scores) if scores else math.inf
+        self.last: float | None = scores[-1] if scores else None
+
+    @property
+    def scores(self) -> tuple[float, float] | None:
+        """The last check's score and the best so far (None before the first check)."""
+        return None if self.last is None else (self.last, self.best)
 
     def due(self, step: int, total: int) -> bool:
         return step % self.every == 0 or step == total
@@ -95,6 +101,7 @@ class Validator:
         record = {"step": step, "seconds": time.perf_counter() - started}
         record["validation"] = validation
         score = validation["score"]
+        self.last = score
         best = score < self.best
         if best:
             self.best = score

@@ -3,6 +3,7 @@
 import argparse
 import contextlib
 import logging
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,11 @@ from ._common import CLIError, parse_overrides
 from ._task_factory import is_factory, load_factory_tasks, resolve_tasks, TASK_HELP
 
 
+AUTO_CHECKS = 5
+"""Checks over a run with `--validate-every auto` (the default), after step 0's..."""
+AUTO_MIN_EVERY = 250
+"""... but at least this many outer steps apart (a shorter run: step 0's and the last)."""
+
 DESCRIPTION = """\
 Meta-train a learned optimizer from a preset, in a run directory that can be resumed.
 
@@ -37,15 +43,22 @@ other settings starts afresh there. A run cannot be extended (--steps shapes its
 --init-from RUN starts a new run from RUN's learned optimizer instead.
 
 The logged meta-loss is that of the trajectories meta-training runs, which ELO fuses with the
-expert's while alpha < 1. --validate-every K also trains the learned optimizer *alone* every K
-outer steps on a meta-training task at parameter scales 0.1, 1 and 10 and scores it on that
+expert's while alpha < 1: the progress bar names the phase beside alpha (imitation at alpha = 0,
+fused, alone at alpha = 1), and the meta-loss changes meaning with it, so its rise when the
+learned optimizer takes over is no failure. What says whether meta-training works is the
+validation score (val=, lower is better; best= the best so far): every K outer steps
+(--validate-every K; by default 5 checks over the run, at least 250 outer steps apart, plus one
+at step 0 and one at the last) the learned optimizer
+trains a meta-training task *alone* at parameter scales 0.1, 1 and 10 and is scored on that
 task's validation split (never a test set); the records go to metrics.jsonl (lines with a
-"validation" key) and the best-scoring optimizer so far to best_optimizer.eqx.
+"validation" key) and the best-scoring optimizer so far to best_optimizer.eqx. The run ends by
+printing its phase, its scores and the 'elo evaluate' command that compares it with tuned AdamW.
 
 examples:
   elo meta-train --preset elo_small_fc_cpu --steps 200 --out runs/elo
   elo meta-train --preset pes_small_fc_cpu --steps 200 --out runs/pes --seed 1
   elo meta-train --preset elo_small_fc_cpu --validate-every 100 --out runs/elo
+  elo meta-train --preset elo_small_fc_cpu --validate-every 0 --out runs/elo-unvalidated
   elo meta-train --preset elo_small_fc_cpu --steps 400 --init-from runs/elo --out runs/elo-2
   elo meta-train --preset elo_small_fc_cpu --set num_particles=8 \\
       --set tasks=mlp-w32-d1_mnist-8x8x1,mlp-w32-d1_cifar10-8x8x3
@@ -121,11 +134,12 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--validate-every",
-        type=int,
-        default=0,
-        metavar="K",
-        help="every K outer steps (and at step 0), score the learned optimizer alone on a "
-        "meta-validation problem and keep the best in best_optimizer.eqx (0: never)",
+        default="auto",
+        metavar="K|auto",
+        help="every K outer steps (and at step 0 and the last), score the learned optimizer "
+        "alone on a meta-validation problem and keep the best in best_optimizer.eqx (0: never; "
+        f"auto: {AUTO_CHECKS} checks over the run, every ceil(steps/{AUTO_CHECKS}) outer steps "
+        f"but at least {AUTO_MIN_EVERY}; never with --distributed)",
     )
     parser.add_argument(
         "--validate-steps",
@@ -141,7 +155,11 @@ def add_parser(subparsers: Any) -> None:
         "meta-training task; its validation split is scored); with several, comma-separated, "
         "the score is the mean of theirs",
     )
-    parser.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="do not show the progress bar, nor the summary at the end",
+    )
     parser.add_argument(
         "--distributed",
         action="store_true",
@@ -202,15 +220,40 @@ def configure_cpu_devices(setting: str) -> None:
         raise CLIError(str(e)) from None
 
 
+def validate_every(setting: str, num_outer_steps: int, distributed: bool) -> int:
+    """`--validate-every` as outer steps between checks (0: never).
+
+    `auto` makes `AUTO_CHECKS` checks after step 0's, at least `AUTO_MIN_EVERY` outer steps
+    apart. One check of the README's run (2000 steps at 3 scales and 2 seeds of
+    `mlp-w32-d1_mnist-8x8x1`) costs about as much as 50 to 75 of its outer steps, plus a
+    compilation about as long as the first outer step's: 5 checks add about a sixth to its 3000
+    steps, and checks 250 steps apart at most about a quarter to a shorter run (see
+    `docs/cli.md`). Runs with `--distributed`, where validation is refused, are not validated by
+    default.
+    """
+    if setting == "auto":
+        if distributed:
+            return 0
+        return max(math.ceil(num_outer_steps / AUTO_CHECKS), AUTO_MIN_EVERY)
+    every = int(setting) if setting.isascii() and setting.isdigit() else -1
+    if every < 0:
+        raise CLIError(f"--validate-every must be 'auto', 0 or positive, got {setting!r}.")
+    return every
+
+
 def validation_settings(
     args: argparse.Namespace, config: MetaConfig, tasks: list[AbstractTask] | None = None
 ) -> ValidationSettings | None:
-    """`--validate-*` as [`elo.ValidationSettings`][] (None without `--validate-every`)."""
-    if args.validate_every < 0:
-        raise CLIError(f"--validate-every must be 0 or positive, got {args.validate_every}.")
-    if args.validate_every == 0:
+    """`--validate-*` as [`elo.ValidationSettings`][] (None with `--validate-every 0`)."""
+    every = validate_every(args.validate_every, config.num_outer_steps, args.distributed)
+    if every == 0:
+        if args.validate_task is not None and args.distributed:
+            raise CLIError("--validate-task does not combine with --distributed (no validation).")
         if args.validate_task is not None:
-            raise CLIError("--validate-task applies with --validate-every K; add it.")
+            raise CLIError(
+                "--validate-task applies only when the run validates, and --validate-every 0 "
+                "turns validation off; drop one of them."
+            )
         return None
     if args.validate_steps < 1:
         raise CLIError(f"--validate-steps must be a positive integer, got {args.validate_steps}.")
@@ -234,7 +277,7 @@ def validation_settings(
             chosen.append(get_task(spec, batch_size=config.batch_size, data_dir=config.data_dir))
         except (ValueError, FileNotFoundError) as e:
             raise CLIError(f"--validate-task: {e}") from None
-    return ValidationSettings(args.validate_every, args.validate_steps, tuple(chosen))
+    return ValidationSettings(every, args.validate_steps, tuple(chosen))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -266,6 +309,7 @@ def run(args: argparse.Namespace) -> int:
     record: dict[str, Any] = {"preset": args.preset}
     if tasks is not None:
         record["task"] = list(args.task)
+    options = vars(args) | {"validate_every": 0 if validation is None else validation.every}
     try:
         meta_train(
             config,
@@ -278,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
             tasks=tasks,
             step_timeout=args.step_timeout if args.distributed else None,
             run_record=record,
-            session_options=vars(args),
+            session_options=options,
         )
     except RunDirError as e:
         raise CLIError(str(e)) from None
