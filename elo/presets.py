@@ -12,10 +12,14 @@ so that a run finishes on a laptop CPU in minutes to an hour.
 """
 
 import difflib
+import os
 from collections.abc import Callable
 from typing import Any
 
 from ._config import DEFAULT_TASKS, field_names, MetaConfig
+from ._files._optimizer_file import optimizer_spec
+from ._files._pretrained import pretrained, PRETRAINED_SCHEME
+from .optimizers import AbstractLearnedOptimizer, LEARNED_OPTIMIZERS
 
 
 def _check_overrides(overrides: dict[str, Any]) -> None:
@@ -268,6 +272,68 @@ def cl_small_fc_cpu(**overrides: Any) -> MetaConfig:
     return _cpu(cl_small_fc, overrides)
 
 
+# Fine-tuning a learned optimizer that already trains: PES alone (an expert would pull it back
+# towards the expert), a short run at a meta learning rate well below the from-scratch ones, and
+# horizons of the laptop presets.
+_SPECIALISE = dict(
+    _PES_BASELINE,
+    tasks=_CPU["tasks"],
+    num_particles=4,
+    max_horizon=1000,
+    initial_step_offset=200,
+    num_outer_steps=500,
+    meta_learning_rate=1e-4,
+    meta_final_learning_rate=1e-5,
+    meta_warmup_steps=20,
+)
+
+
+def specialise(
+    source: str | os.PathLike | AbstractLearnedOptimizer, **overrides: Any
+) -> MetaConfig:
+    """Specialise a trained learned optimizer to your own tasks: a short PES run that starts
+    from its weights ([`elo.meta_train`][]`(..., init_from=source)`).
+
+    The config's learned optimizer is `source`'s class with `source`'s hyperparameters (its
+    schedule included), so that `init_from=source` takes its weights as they are. The rest:
+    PES without an expert, 4 particles, $R = 50$, log-uniform horizons in [100, 1000), 500
+    outer steps at meta learning rate $10^{-4} \\to 10^{-5}$; give your tasks (`tasks=` names,
+    or `elo.meta_train(..., tasks=[...])`, or `--task` on the command line), and validate on
+    your task's validation split (the command line's default).
+
+    **Arguments:**
+
+    - `source`: `"pretrained:NAME"` or any name or path [`elo.pretrained`][] loads (e.g.
+      `"celo2_published"`, `"hf:OWNER/NAME"`, a run directory), or a learned optimizer.
+    - `**overrides`: any [`elo.MetaConfig`][] field.
+
+    **Returns:**
+
+    A validated [`elo.MetaConfig`][].
+
+    !!! example
+        ```python
+        config = elo.presets.specialise("pretrained:celo2_published", num_outer_steps=300)
+        elo.meta_train(config, "runs/mine", seed=0, checkpoint_every=50,
+                       init_from="pretrained:celo2_published", tasks=[my_task])
+        ```
+    """
+    if isinstance(source, AbstractLearnedOptimizer):
+        lo = source
+    else:
+        text = os.fspath(source)
+        lo = pretrained(text.removeprefix(PRETRAINED_SCHEME))
+    spec = optimizer_spec(lo)
+    name = next(k for k, cls in LEARNED_OPTIMIZERS.items() if cls.__name__ == spec["class"])
+    if "optimizer" in overrides or "optimizer_settings" in overrides:
+        raise TypeError(
+            "elo.presets.specialise takes the learned optimizer and its settings from source; "
+            "drop optimizer= and optimizer_settings= (or use another preset)."
+        )
+    base = dict(_SPECIALISE, optimizer=name, optimizer_settings=spec["hyperparameters"])
+    return _make(base, overrides)
+
+
 PRESETS: dict[str, Callable[..., MetaConfig]] = {
     "pes_small_fc": pes_small_fc,
     "pes_celo2": pes_celo2,
@@ -295,6 +361,12 @@ def get_preset(name: str, **overrides: Any) -> MetaConfig:
 
     A validated [`elo.MetaConfig`][].
     """
+    if name == "specialise":
+        raise ValueError(
+            "The specialise preset needs the optimizer to start from: call "
+            "elo.presets.specialise(source, ...) (on the command line, --preset specialise with "
+            "--init-from)."
+        )
     if name not in PRESETS:
         raise ValueError(f"Unknown preset {name!r}; known presets: {', '.join(PRESETS)}.")
     return PRESETS[name](**overrides)

@@ -101,6 +101,7 @@ def check_run_dir(out: Path, record: dict[str, Any], config: MetaConfig) -> tupl
         saved_config = saved["config"]
         saved_seed = saved["seed"]
         saved_init = saved.get("init_from")
+        saved_weights_only = saved.get("init_weights_only", False)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         if not checkpoint.is_file():
             return "replace", f"its {CONFIG_FILE} is unreadable"
@@ -114,6 +115,11 @@ def check_run_dir(out: Path, record: dict[str, Any], config: MetaConfig) -> tupl
     if saved_init != record.get("init_from"):
         differences.append(
             f"init_from: {saved_init!r} (run directory) vs {record.get('init_from')!r} (now)"
+        )
+    if saved_weights_only != record.get("init_weights_only", False):
+        differences.append(
+            f"init_weights_only: {saved_weights_only!r} (run directory) vs "
+            f"{record.get('init_weights_only', False)!r} (now)"
         )
     if not differences:
         return "resume", ""

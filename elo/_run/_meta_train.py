@@ -18,7 +18,8 @@ import jax.random as jr
 from .._config import MetaConfig
 from .._files._checkpoint import load, save
 from .._files._framing import atomic_write, CheckpointError, remove_stale_temporaries
-from .._files._optimizer_file import load_optimizer, optimizer_spec
+from .._files._optimizer_file import optimizer_spec
+from .._files._pretrained import pretrained, PRETRAINED_SCHEME
 from .._files._run_dir import (
     BEST_OPTIMIZER,
     CONFIG_FILE,
@@ -30,6 +31,7 @@ from .._outer._build import build_meta_optimizer, config_with_tasks
 from .._outer._meta_step import meta_step
 from .._outer._state import init, MetaState
 from .._runtime._mesh import particle_mesh, place
+from ..optimizers import AbstractLearnedOptimizer
 from ..tasks import AbstractTask
 from ._lock import check_run_dir, locked, replace_earlier_start
 from ._metrics_file import clean_record, read_metrics, read_validation, repair_metrics
@@ -51,6 +53,7 @@ def meta_train(
     checkpoint_every: int,
     validation: ValidationSettings | None = None,
     init_from: str | Path | None = None,
+    init_weights_only: bool = False,
     progress: bool = True,
     tasks: Sequence[AbstractTask] | None = None,
     step_timeout: float | None = None,
@@ -92,7 +95,15 @@ def meta_train(
     - `validation`: score the learned optimizer alone during the run (see
       [`elo.ValidationSettings`][]); None: never.
     - `init_from`: start the learned optimizer from the weights of this run directory,
-      checkpoint or exported optimizer instead of random ones (everything else starts afresh).
+      checkpoint or exported optimizer, or of `"pretrained:NAME"` (any `NAME` that
+      [`elo.pretrained`][] loads, e.g. `"pretrained:celo2_published"`), instead of random ones
+      (everything else starts afresh). Its class and hyperparameters must be the run's
+      (`config.optimizer`, `config.optimizer_settings`; [`elo.presets.specialise`][] builds a
+      config that matches a shipped optimizer).
+    - `init_weights_only`: with `init_from`, take only its weights and keep the run's own
+      hyperparameters where they differ (the schedule, weight decay, ...); the class and the
+      shapes of the weights must still match. What differs is printed on stderr and the run's
+      `config.json` records the choice.
     - `progress`: show a progress bar on stderr: $\alpha$ with the phase of the supervision
       (`imitation` at $\alpha = 0$, `fused`, `alone` at $\alpha = 1$; `alone` throughout
       without an expert, `alternating` for CL), the last and best validation scores (`val=`,
@@ -143,16 +154,26 @@ def meta_train(
     if validation is not None:
         chosen = validation_tasks(validation, config, tasks)
         validation = ValidationSettings(validation.every, validation.num_steps, chosen)
-    source = _init_from_path(init_from, out)
+    if not isinstance(init_weights_only, bool):
+        raise ValueError(f"init_weights_only = {init_weights_only!r} is invalid: True or False.")
+    if init_weights_only and init_from is None:
+        raise ValueError(
+            "init_weights_only=True (--init-weights-only) needs init_from (--init-from): the "
+            "weights to start from."
+        )
+    source = _init_from_source(init_from, out)
     record: dict[str, Any] = dict(run_record or {})
     record |= {"seed": seed, "config": config.to_dict()}
     if source is not None:
         record["init_from"] = str(source)
+    if init_weights_only:
+        record["init_weights_only"] = True
     if session_options is None:
         session_options = dict(
             seed=seed,
             checkpoint_every=checkpoint_every,
             init_from=None if source is None else str(source),
+            init_weights_only=init_weights_only,
             progress=progress,
             step_timeout=step_timeout,
             validate_every=None if validation is None else validation.every,
@@ -161,47 +182,93 @@ def meta_train(
         raise RunDirError(f"{out} exists and is not a directory; choose another run directory.")
     with locked(out) if jax.process_index() == 0 else contextlib.nullcontext():
         return _run(
-            out, record, config, seed, every, validation, source, tasks, progress,
-            step_timeout, session_options,
+            out, record, config, seed, every, validation, source, init_weights_only, tasks,
+            progress, step_timeout, session_options,
         )  # fmt: skip
 
 
-def _init_from_path(source: str | Path | None, out: Path) -> Path | None:
-    """`init_from` as an absolute path; it must exist unless `out` has a checkpoint to resume
-    (which holds the weights, so the source may since have moved)."""
+def _init_from_source(source: str | Path | None, out: Path) -> str | Path | None:
+    """`init_from` as an absolute path, or as given for `pretrained:NAME`; a path must exist
+    unless `out` has a checkpoint to resume (which holds the weights, so the source may since
+    have moved)."""
     if source is None:
         return None
+    if isinstance(source, str) and source.startswith(PRETRAINED_SCHEME):
+        if not (out / RUN_CHECKPOINT).is_file():
+            _load_source(source)  # an unknown name fails before the run directory is made
+        return source
     if not Path(source).exists() and not (out / RUN_CHECKPOINT).is_file():
         raise RunDirError(
             f"init_from (--init-from) {source} does not exist; give a run directory, a "
-            "checkpoint or an exported .eqx optimizer."
+            f"checkpoint, an exported .eqx optimizer or {PRETRAINED_SCHEME}NAME."
         )
     return Path(source).resolve()
 
 
-def _initialised_from(state: MetaState, source: Path) -> MetaState:
-    """`state` with the learned optimizer's weights of `source` and a fresh meta-optimizer."""
+def _hyperparameter_differences(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
+    """What differs between two learned optimizers' `optimizer_spec`s, one item each."""
+    if ours["class"] != theirs["class"]:
+        return [f"class: {theirs['class']} (init_from) vs {ours['class']} (this run)"]
+    a, b = theirs["hyperparameters"], ours["hyperparameters"]
+    return [
+        f"{k}: {a.get(k)!r} (init_from) vs {b.get(k)!r} (this run)"
+        for k in sorted(set(a) | set(b))
+        if a.get(k) != b.get(k)
+    ]
+
+
+def _load_source(source: str | Path) -> AbstractLearnedOptimizer:
+    """The learned optimizer `init_from` names (errors become `RunDirError`)."""
     try:
-        lo = load_optimizer(source)
-    except CheckpointError as e:
+        if isinstance(source, str) and source.startswith(PRETRAINED_SCHEME):
+            return pretrained(source[len(PRETRAINED_SCHEME) :])
+        return pretrained(Path(source))
+    except (CheckpointError, ValueError) as e:
         raise RunDirError(f"init_from (--init-from): {e}") from None
+
+
+def _shapes(weights: Any) -> list[tuple[Any, tuple[int, ...]]]:
+    """Each array's path and shape (a tree structure would also compare static fields, which
+    hold hyperparameters)."""
+    return [(path, leaf.shape) for path, leaf in jax.tree.leaves_with_path(weights)]
+
+
+def _initialised_from(state: MetaState, source: str | Path, weights_only: bool) -> MetaState:
+    """`state` with the learned optimizer's weights of `source` and a fresh meta-optimizer;
+    with `weights_only`, the run's own hyperparameters where they differ."""
+    lo = _load_source(source)
     ours, theirs = optimizer_spec(state.learned_optimizer), optimizer_spec(lo)
-    if ours != theirs:
-        if ours["class"] != theirs["class"]:
-            what = [f"class: {theirs['class']} (init_from) vs {ours['class']} (this run)"]
-        else:
-            a, b = theirs["hyperparameters"], ours["hyperparameters"]
-            what = [
-                f"{k}: {a.get(k)!r} (init_from) vs {b.get(k)!r} (this run)"
-                for k in sorted(set(a) | set(b))
-                if a.get(k) != b.get(k)
-            ]
+    differences = _hyperparameter_differences(ours, theirs) if ours != theirs else []
+    theta, static = eqx.partition(lo, eqx.is_inexact_array)
+    if differences and weights_only and ours["class"] == theirs["class"]:
+        our_theta, static = eqx.partition(state.learned_optimizer, eqx.is_inexact_array)
+        if _shapes(theta) != _shapes(our_theta):
+            raise RunDirError(
+                f"init_from (--init-from) {source}: its weights have other shapes than this "
+                f"run's learned optimizer ({'; '.join(differences)}), so they cannot be "
+                "carried over; keep the hyperparameters that shape the network (hidden_size, "
+                "the decays) as they are in init_from."
+            )
+        theta = jax.tree.unflatten(jax.tree.structure(our_theta), jax.tree.leaves(theta))
+        if jax.process_index() == 0:
+            print(
+                f"init_from {source}: its weights with this run's hyperparameters "
+                f"(init_weights_only): {'; '.join(differences)}.",
+                file=sys.stderr,
+            )
+    elif differences:
+        hint = (
+            " To keep only its weights and this run's hyperparameters, add init_weights_only="
+            "True (--init-weights-only)."
+            if ours["class"] == theirs["class"]
+            else " Initialise from a run with the same learned optimizer."
+        )
         raise RunDirError(
             f"init_from (--init-from) {source} holds another learned optimizer than this run's: "
-            f"{'; '.join(what)}. Initialise from a run with the same learned optimizer."
+            f"{'; '.join(differences)}.{hint} elo.presets.specialise builds a config whose "
+            "learned optimizer matches a shipped one."
         )
     mesh = particle_mesh(state.config)
-    theta, static = eqx.partition(lo, eqx.is_inexact_array)
     theta = place(theta, mesh, sharded=False)
     meta_opt_state = place(build_meta_optimizer(state.config).init(theta), mesh, sharded=False)
     return eqx.tree_at(
@@ -218,7 +285,8 @@ def _run(
     seed: int,
     every: int,
     validation: ValidationSettings | None,
-    init_from: Path | None,
+    init_from: str | Path | None,
+    init_weights_only: bool,
     tasks: list[AbstractTask] | None,
     progress: bool,
     step_timeout: float | None,
@@ -237,7 +305,7 @@ def _run(
     if checkpoint.is_file():
         state = load(checkpoint, like=state)
     elif init_from is not None:
-        state = _initialised_from(state, init_from)
+        state = _initialised_from(state, init_from, init_weights_only)
     start = int(state.step)
     total = config.num_outer_steps
     # config.json is written only now, once the run could start: a call that failed before

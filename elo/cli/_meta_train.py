@@ -60,6 +60,8 @@ examples:
   elo meta-train --preset elo_small_fc_cpu --validate-every 100 --out runs/elo
   elo meta-train --preset elo_small_fc_cpu --validate-every 0 --out runs/elo-unvalidated
   elo meta-train --preset elo_small_fc_cpu --steps 400 --init-from runs/elo --out runs/elo-2
+  elo meta-train --preset specialise --init-from pretrained:celo2_published \\
+      --task mytasks:make_task --out runs/celo2-mine
   elo meta-train --preset elo_small_fc_cpu --set num_particles=8 \\
       --set tasks=mlp-w32-d1_mnist-8x8x1,mlp-w32-d1_cifar10-8x8x3
   elo meta-train --preset elo_small_fc_cpu --task mytasks:make_task \\
@@ -80,7 +82,9 @@ def add_parser(subparsers: Any) -> None:
         "--preset",
         required=True,
         metavar="NAME",
-        help=f"the configuration to start from: {', '.join(presets.PRESETS)}",
+        help=f"the configuration to start from: {', '.join(presets.PRESETS)}; or specialise "
+        "(with --init-from: fine-tune that learned optimizer on your --task, its class and "
+        "hyperparameters kept)",
     )
     parser.add_argument(
         "--steps",
@@ -98,9 +102,17 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--init-from",
         metavar="RUN",
-        help="start the learned optimizer from the weights of RUN (a run directory, a checkpoint "
-        "or an exported .eqx optimizer) instead of random ones; everything else starts afresh. "
-        "The way to train on after a run has finished",
+        help="start the learned optimizer from the weights of RUN (a run directory, a checkpoint, "
+        "an exported .eqx optimizer, or pretrained:NAME) instead of random ones; everything else "
+        "starts afresh. The way to train on after a run has finished. Its class and "
+        "hyperparameters must be the run's (see --init-weights-only)",
+    )
+    parser.add_argument(
+        "--init-weights-only",
+        action="store_true",
+        help="with --init-from: take only its weights, and this run's hyperparameters (e.g. "
+        "another schedule set with --set optimizer.peak_lr=...) where they differ; the "
+        "network's shapes must match. What differs is printed",
     )
     parser.add_argument(
         "--set",
@@ -179,16 +191,27 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def build_config(preset: str, steps: int | None, overrides: list[str]) -> MetaConfig:
+def build_config(
+    preset: str, steps: int | None, overrides: list[str], init_from: str | None = None
+) -> MetaConfig:
     """The run's configuration from the command line (errors become [`CLIError`][])."""
-    if preset not in presets.PRESETS:
-        raise CLIError(f"unknown preset {preset!r}; known presets: {', '.join(presets.PRESETS)}.")
+    if preset == "specialise" and init_from is None:
+        raise CLIError(
+            "--preset specialise fine-tunes a trained learned optimizer: name it with --init-from "
+            "(e.g. --init-from pretrained:celo2_published)."
+        )
+    if preset not in presets.PRESETS and preset != "specialise":
+        raise CLIError(
+            f"unknown preset {preset!r}; known presets: {', '.join(presets.PRESETS)}, specialise."
+        )
     fields = parse_overrides(overrides)
     if steps is not None:
         if steps < 1:
             raise CLIError(f"--steps must be a positive integer, got {steps}.")
         fields["num_outer_steps"] = steps
     try:
+        if init_from is not None and preset == "specialise":
+            return presets.specialise(init_from, **fields)
         return presets.get_preset(preset, **fields)
     except (TypeError, ValueError) as e:
         raise CLIError(str(e)) from None
@@ -294,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(message)s")
         logging.getLogger("elo").setLevel(logging.INFO)
         distributed.initialize()
-    config = build_config(args.preset, args.steps, args.set)
+    config = build_config(args.preset, args.steps, args.set, args.init_from)
     tasks = None
     if args.task:
         if any(item.partition("=")[0].strip() == "tasks" for item in args.set):
@@ -318,6 +341,7 @@ def run(args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every,
             validation=validation,
             init_from=args.init_from,
+            init_weights_only=args.init_weights_only,
             progress=not args.no_progress,
             tasks=tasks,
             step_timeout=args.step_timeout if args.distributed else None,
