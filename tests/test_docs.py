@@ -122,6 +122,7 @@ def short_runs(monkeypatch):
     for name in elo.presets.PRESETS:
         preset = getattr(elo.presets, name)
         monkeypatch.setattr(elo.presets, name, _shortened(preset, _short_outer))
+    monkeypatch.setattr(elo.presets, "specialise", _shortened(elo.presets.specialise, _short_outer))
     monkeypatch.setattr(elo, "evaluate", _shortened(elo.evaluate, _short_inner))
     monkeypatch.setattr(elo, "tune", _shortened(elo.tune, _short_inner))
     monkeypatch.setattr(elo, "lr_sweep", _shortened(elo.lr_sweep, _short_inner))
