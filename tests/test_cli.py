@@ -139,7 +139,8 @@ def test_the_cli_validates_by_default_without_changing_the_run(straight, tmp_pat
     ) in captured.out
     assert "Phase reached: alone (no expert: the learned optimizer alone" in captured.out
     command = captured.out.strip().splitlines()[-1].strip()
-    expected = f"elo evaluate {out} --task mlp-w32-d1_mnist-8x8x1 --steps 10 --baselines adamw"
+    chosen = out / "best_optimizer.eqx"
+    expected = f"elo evaluate {chosen} --task mlp-w32-d1_mnist-8x8x1 --steps 10 --baselines adamw"
     assert command == expected
 
     # Rerunning the complete run repeats the summary; --validate-every 0 turns validation off.

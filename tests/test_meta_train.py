@@ -106,7 +106,8 @@ def test_progress_shows_alpha_its_phase_and_validation_and_ends_with_a_summary(t
     assert "Validating the initial learned optimizer" in captured.err
     assert "Phase reached: alone (no expert: the learned optimizer alone" in captured.out
     assert "Validation score of the learned optimizer alone" in captured.out
-    command = f"elo evaluate {out} --task mlp-w32-d1_mnist-8x8x1 --steps 10 --baselines adamw"
+    chosen = out / "best_optimizer.eqx"
+    command = f"elo evaluate {chosen} --task mlp-w32-d1_mnist-8x8x1 --steps 10 --baselines adamw"
     assert captured.out.splitlines()[-1] == f"  {command}"
     # Without progress: no bar and no summary, only the line that says the run is complete.
     elo.meta_train(config, out, seed=1, checkpoint_every=3, validation=validation, progress=False)

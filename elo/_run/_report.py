@@ -69,9 +69,12 @@ def progress_postfix(
     return ", ".join(parts)
 
 
-def evaluate_command(out: Path, config: MetaConfig, run_record: Mapping[str, Any]) -> str:
+def evaluate_command(
+    out: Path, config: MetaConfig, run_record: Mapping[str, Any], *, validated: bool = False
+) -> str:
     """The `elo evaluate` command that compares the run's learned optimizer with tuned AdamW on
-    its first meta-training task, at the longest horizon it was meta-trained for."""
+    its first meta-training task, at the longest horizon it was meta-trained for: the
+    best-scoring one (`best_optimizer.eqx`) when the run validated, else the latest."""
     given = run_record.get("task")
     if given:
         task = given[0]  # as given to `elo meta-train --task`
@@ -79,7 +82,8 @@ def evaluate_command(out: Path, config: MetaConfig, run_record: Mapping[str, Any
         task = config.tasks[0]
     else:
         task = "TASK"  # a task object of `elo.meta_train(tasks=...)`: no name to give
-    words = ["elo", "evaluate", str(out), "--task", task, "--steps", str(config.max_horizon)]
+    target = out / BEST_OPTIMIZER if validated else out
+    words = ["elo", "evaluate", str(target), "--task", task, "--steps", str(config.max_horizon)]
     return shlex.join(words) + " --baselines adamw"
 
 
@@ -126,6 +130,7 @@ def run_summary(
             "elo.meta_train(validation=...)), and its meta-loss alone does not say how well the "
             "learned optimizer trains."
         )
-    lines.append("Evaluate it against tuned AdamW with")
-    lines.append(f"  {evaluate_command(out, config, run_record)}")
+    what = "its best-scoring learned optimizer" if checks else "it"
+    lines.append(f"Evaluate {what} against tuned AdamW with")
+    lines.append(f"  {evaluate_command(out, config, run_record, validated=bool(checks))}")
     return "\n".join(lines)
