@@ -32,19 +32,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 
-def _collectives(hlo: str) -> dict[str, int]:
-    names = ("all-gather", "all-to-all", "all-reduce", "collective-permute")
-    counts = dict.fromkeys(names, 0)
-    for line in hlo.splitlines():
-        if "=" not in line:
-            continue
-        right = line.split("=", 1)[1]
-        for name in names:
-            if f" {name}(" in right or f" {name}-start(" in right:
-                counts[name] += 1
-    return counts
-
-
 def _child(devices: int, layers: int, width: int, repeats: int, out: str) -> None:
     os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={devices}")
     import jax
@@ -84,7 +71,9 @@ def _child(devices: int, layers: int, width: int, repeats: int, out: str) -> Non
             times.append(time.perf_counter() - start)
         result[name] = {
             "flops_per_device": float(analysis["flops"]),
-            "collectives": _collectives(compiled.as_text()),
+            "collectives": {
+                k: len(v) for k, v in elo.internal.hlo_collectives(compiled.as_text()).items()
+            },
             "median_s": float(np.median(times)) if times else None,
         }
     Path(out).write_text(json.dumps(result))

@@ -60,6 +60,7 @@ from ._outer._build import (
 from ._outer._meta_step import meta_gradient as meta_gradient
 from ._outer._pes import pes_grad as pes_grad, Unrolled as Unrolled
 from ._outer._step_stats import group_metrics as group_metrics, merge_groups as merge_groups
+from ._runtime._hlo import hlo_collectives as hlo_collectives
 
 # The registry's name before it moved into `elo.optimizers` (as `LEARNED_OPTIMIZERS`).
 from .optimizers import LEARNED_OPTIMIZERS as OPTIMIZERS  # noqa: F401

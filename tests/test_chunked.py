@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from elo import as_optax, Celo2, SmallFC
+from elo.internal import hlo_collectives
 from elo.optimizers import _chunked
 
 
@@ -159,18 +160,6 @@ def _compiled_update(opt, grads, state, params):
     return jax.jit(lambda g, s, p: opt.update(g, s, p)).lower(grads, state, params).compile()
 
 
-def _collectives(hlo: str) -> dict[str, list[str]]:
-    found = {"all-gather": [], "all-reduce": [], "all-to-all": [], "collective-permute": []}
-    for line in hlo.splitlines():
-        if "=" not in line:
-            continue
-        result = line.split("=", 1)[1]
-        for name in found:
-            if f" {name}(" in result or f" {name}-start(" in result:
-                found[name].append(result.split(name)[0].strip())
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit], ids=str)
 def test_small_fc_on_sharded_parameters_keeps_the_sharding_and_gathers_nothing(axis_type):
@@ -186,7 +175,7 @@ def test_small_fc_on_sharded_parameters_keeps_the_sharding_and_gathers_nothing(a
     for name, spec in specs.items():
         assert updates[name].sharding.is_equivalent_to(NamedSharding(mesh, spec), 2), name
         assert new_state.mom[name].sharding.is_equivalent_to(state.mom[name].sharding, 3), name
-    collectives = _collectives(compiled.as_text())
+    collectives = hlo_collectives(compiled.as_text())
     assert not collectives["all-gather"]
     assert not collectives["all-to-all"] and not collectives["collective-permute"]
     # Only statistics are reduced across devices (per-tensor mean squares, Adafactor row and
@@ -227,7 +216,7 @@ def test_celo2_on_sharded_parameters_moves_only_the_direction_for_newton_schulz(
     for name, spec in specs.items():
         assert updates[name].sharding.is_equivalent_to(NamedSharding(mesh, spec), 2), name
     if axis_type == AxisType.Explicit:
-        collectives = _collectives(compiled.as_text())
+        collectives = hlo_collectives(compiled.as_text())
         whole = [
             s for s in collectives["all-gather"] if _shapes_in(s)[0] in ("1024,256", "256,1024")
         ]
