@@ -175,13 +175,17 @@ def test_learning_rate_may_be_a_traced_scalar_or_a_schedule():
     def schedule(count):
         return 0.5 * (count + 1.0)
 
-    scheduled = _updates_over(as_optax(lo, num_steps=4, learning_rate=schedule), 4, params, grads)
-    chained = _updates_over(
-        optax.chain(as_optax(lo, num_steps=4), optax.scale_by_schedule(schedule)),
-        4,
-        params,
-        grads,
-    )
+    scheduled = jax.jit(
+        lambda: _updates_over(as_optax(lo, num_steps=4, learning_rate=schedule), 4, params, grads)
+    )()
+    chained = jax.jit(
+        lambda: _updates_over(
+            optax.chain(as_optax(lo, num_steps=4), optax.scale_by_schedule(schedule)),
+            4,
+            params,
+            grads,
+        )
+    )()
     assert eqx.tree_equal(scheduled, chained)
     assert not eqx.tree_equal(scheduled, by_float)
 

@@ -40,15 +40,22 @@ def test_learned_optimizer_run_matches_a_manual_loop(task, lo):
     params = task.init(init_key)
     opt = elo.as_optax(lo, num_steps=6)
     state = opt.init(params)
+
+    # One step of the plain loop, compiled on its own (op by op, the update's many small
+    # operations would each compile: most of this test's time).
+    @jax.jit
+    def step(params, state, key):
+        loss, grads = jax.value_and_grad(task.loss)(params, key)
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
     losses = []
     for k in jr.split(data_key, 6):
-        loss, grads = jax.value_and_grad(task.loss)(params, k)
-        updates, state = opt.update(grads, state, params)
-        params = optax.apply_updates(params, updates)
+        params, state, loss = step(params, state, k)
         losses.append(float(loss))
-    test_loss, test_acc = task.evaluate(params, "test")
-    train_loss, train_acc = task.evaluate(params, "train")
-    # float32 round-off: the same operations, compiled as one program instead of op by op.
+    test_loss, test_acc = jax.jit(lambda p: task.evaluate(p, "test"))(params)
+    train_loss, train_acc = jax.jit(lambda p: task.evaluate(p, "train"))(params)
+    # float32 round-off: the same operations, compiled as one program instead of step by step.
     np.testing.assert_allclose(result.minibatch_loss[0], losses, rtol=1e-5)
     np.testing.assert_allclose(
         [result.test_loss[0, -1], result.test_accuracy[0, -1]], [test_loss, test_acc], rtol=1e-5
