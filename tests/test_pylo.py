@@ -24,6 +24,7 @@ from .test_checkpoint import bitwise_equal
 from .test_export import _perturbed
 
 
+@eqx.filter_jit  # one program per shape: op by op, each of its operations would compile
 def _network_view(lo, shape, seed):
     """`lo.tensor_outputs` for one tensor of `shape` whose accumulators have seen three random
     gradients (of scales 1e-3, 1 and 1e2), so the features are those of a run."""
