@@ -5,10 +5,13 @@ atomically (`write_json`), and compare methods on paired meta-training seeds wit
 t-intervals (`t_interval`, `paired`, `ci_band`).
 """
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,35 @@ def write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def held(lock_path: Path) -> Iterator[bool]:
+    """Whether this process holds the lock file `lock_path` (made if missing), for the `with`
+    block: False at once when another driver holds it. Drivers share a queue this way."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+
+
+@contextlib.contextmanager
+def claimed(path: Path, prepare: Callable[[], None] | None = None) -> Iterator[bool]:
+    """Whether this process is to make the result file `path`: True while it holds the lock
+    beside it (`path.with_suffix(".lock")`) and `path` does not exist; False when `path` exists
+    or another driver holds the lock. `prepare` runs under the lock before `path` is looked for
+    (e.g. to set a stale result aside)."""
+    if path.is_file() and prepare is None:
+        yield False
+        return
+    with held(path.with_suffix(".lock")) as mine:
+        if mine and prepare is not None:
+            prepare()
+        yield mine and not path.is_file()
 
 
 def commit_counts(results) -> dict[str, int]:

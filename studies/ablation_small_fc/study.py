@@ -37,7 +37,6 @@ The study never runs in CI (hours of CPU); its report's statistics are tested in
 import argparse
 import contextlib
 import dataclasses
-import fcntl
 import json
 import math
 import time
@@ -299,12 +298,8 @@ def adamw_reference(task: str, horizon: int, path: Path) -> dict[str, Any]:
 def run_job(arm: str, seed: int, args, tasks, horizons) -> None:
     """One (arm, seed), unless another driver holds it: two drivers can share the queue, which
     keeps both cores busy while one of them evaluates (evaluation runs on one core)."""
-    lock_path = Path(args.runs_dir) / "locks" / f"{arm}-s{seed}.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+    with common.held(Path(args.runs_dir) / "locks" / f"{arm}-s{seed}.lock") as mine:
+        if not mine:
             log(f"{arm} s{seed}: taken by another driver")
             return
         _run_job(arm, seed, args, tasks, horizons)

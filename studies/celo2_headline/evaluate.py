@@ -58,7 +58,6 @@ and made again (the report leaves it out). Reported beside the verdicts, never i
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import importlib.resources
 import json
@@ -191,17 +190,9 @@ def tune_cached(
     values (or none) is first set aside under a free name (`set_aside_stale`): kept, no longer
     read, made again.
     """
-    if path.is_file() and required is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return
-        if required is not None:
-            set_aside_stale(path, required)
-        if path.is_file():
+    prepare = None if required is None else lambda: set_aside_stale(path, required)
+    with common.claimed(path, prepare) as mine:
+        if not mine:
             return
         started = time.perf_counter()
         tuned = elo.tune(optimizer, get_task(task_name), **protocol(horizon))
@@ -238,15 +229,7 @@ def tune_cached_stacked(
     with contextlib.ExitStack() as locks:
         held = []
         for path, lo in items:
-            if path.is_file():
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            lock = locks.enter_context(open(path.with_suffix(".lock"), "w"))
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue
-            if not path.is_file():
+            if locks.enter_context(common.claimed(path)):
                 held.append((path, lo))
         if not held:
             return

@@ -14,7 +14,6 @@ README.md for the protocol.
 
 import argparse
 import contextlib
-import fcntl
 import json
 import math
 import shutil
@@ -156,12 +155,9 @@ def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: boo
     results = Path(args.results_dir) / name
     if (results / "meta.json").is_file():
         return True
-    locks = Path(args.runs_dir) / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / (name.replace("/", "_") + ".lock"), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+    lock_path = Path(args.runs_dir) / "locks" / (name.replace("/", "_") + ".lock")
+    with common.held(lock_path) as mine:
+        if not mine:
             return False
         out = Path(args.runs_dir) / name
         total = fields["num_outer_steps"]

@@ -14,7 +14,6 @@ shipping it is a reviewed commit made before the first fresh result (rule.md §3
 """
 
 import argparse
-import fcntl
 import hashlib
 import importlib.resources
 import time
@@ -140,15 +139,8 @@ def evaluate_cell(results: Path, optimizer: str, task_name: str, horizon: int) -
     """Tune `optimizer` on one cell into its result file, unless it exists or another driver
     holds it."""
     path = results / optimizer / f"{task_name}@{horizon}.json"
-    if path.is_file():
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return
-        if path.is_file():
+    with common.claimed(path) as mine:
+        if not mine:
             return
         started = time.perf_counter()
         if optimizer in settings.LEARNED:
