@@ -350,7 +350,7 @@ def test_shipped_decayed_tunes_item_4s_schedule_into_its_own_folder(tmp_path, mo
 
 
 def test_run_stats_blocks_sum_and_bound_each_block():
-    from studies.celo2_headline import run_stats
+    from studies.harness import runs
 
     records = [
         {
@@ -366,7 +366,7 @@ def test_run_stats_blocks_sum_and_bound_each_block():
         }
         for t in range(1, 1501)
     ]
-    first, second = run_stats.blocks(records)
+    first, second = runs.blocks(records)
     assert first["steps"] == [1, 1000] and second["steps"] == [1001, 1500]
     assert first["mean_alpha"] == 0.0 and second["mean_alpha"] == 1.0
     assert first["buffer_resumes"] == 1000 and second["buffer_resumes"] == 500
