@@ -268,7 +268,8 @@ def pilot_decision(results: Path) -> dict[str, Any] | None:
     """The pilot's choices from its finished runs, or None while a run it needs is unfinished."""
 
     def score(name: str) -> float | None:
-        """A finished run's lowest check, counting checks recovered by `lost_check.py`."""
+        """A finished run's lowest check, counting checks recovered later
+        (`recovered_checks.json`, studies/FORENSICS.md)."""
         path = results / name / "meta.json"
         if not path.is_file():
             return None
