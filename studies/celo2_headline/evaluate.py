@@ -15,7 +15,7 @@ cells for every optimizer before it starts another task's.
 `--run ARM/sSEED` (repeatable; for `runs` and `decayed`) restricts them to those main runs, e.g.
 `--run pes_celo2/s1`: the checkpoint the rule ships, whose cells `ship.py` needs before the rest;
 for `horizon`, to those of the small_fc study's checkpoints (`pes/s0` ... `elo/s4`), AdamW
-still tuned: a check of one result on another device (`cross_device.py`).
+still tuned: a check of one result on another device (`results/cross_device/`).
 `--optimizer NAME` (repeatable; for `shipped`) restricts it to those shipped optimizers, and
 `--decayed` (for `shipped`) tunes them with item 4's decayed schedule instead, into
 `shipped_decayed/<name>/` (decision_rule.md: item 4 for `small_fc_mnist8`).

@@ -2,9 +2,10 @@
 
     python -m studies.celo2_headline.run_stats [--results-dir DIR]
 
-For each finished main run (`DIR/main/<arm>/s<seed>/metrics.jsonl`), per block of
-BLOCK outer steps: the mean fusion weight α, the inner problems' resets (from the buffer and
-fresh), trajectories flagged diverged, the mean and largest inner step reached, the median
+For each finished main run, from its `DIR/main/<arm>/s<seed>/run_summary.json` (which
+`study.py` writes from the run directory's metrics: `studies.harness.runs.run_summary`), per
+block of BLOCK outer steps: the mean fusion weight α, the inner problems' resets (from the buffer
+and fresh), trajectories flagged diverged, the mean and largest inner step reached, the median
 meta-gradient norm and the median wall time of an outer step. Then the wall time of outer steps
 over the stretches of `CONTENTION` (steps whose conditions were watched as they ran): how much a
 meta-training run slows when something else shares the two cores. Written to
@@ -13,12 +14,11 @@ meta-training run slows when something else shares the two cores. Written to
 """
 
 import argparse
-import statistics
 from pathlib import Path
 from typing import Any
 
-import elo
 from studies import common
+from studies.harness import runs as harness_runs
 
 
 HERE = Path(__file__).parent
@@ -34,56 +34,38 @@ CONTENTION = (
 )
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+def stretches(run: str) -> list[tuple[int, int]]:
+    """The stretches of CONTENTION in `run` (`main/<arm>/s<seed>`), for its run summary."""
+    return [(first, last) for name, first, last, _ in CONTENTION if name == run]
 
 
-def blocks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The run's per-block figures (see the module docstring)."""
-    out = []
-    for start in range(0, len(records), BLOCK):
-        chunk = records[start : start + BLOCK]
-
-        def total(key: str, chunk=chunk) -> int:
-            return int(sum(r.get(key) or 0 for r in chunk))
-
-        out.append(
-            {
-                "steps": [chunk[0]["step"], chunk[-1]["step"]],
-                "mean_alpha": statistics.fmean(r.get("alpha", 1.0) for r in chunk),
-                "buffer_resumes": total("buffer_resumes"),
-                "fresh_resets": total("fresh_resets"),
-                "diverged": total("diverged"),
-                "nonfinite": total("nonfinite"),
-                "mean_inner_step": statistics.fmean(r["mean_inner_step"] for r in chunk),
-                "max_inner_step": max(r["max_inner_step"] for r in chunk),
-                "median_grad_norm": _median([r["grad_norm"] for r in chunk if r.get("grad_norm")]),
-                "median_seconds": _median([r["seconds"] for r in chunk]),
-            }
-        )
-    return out
+def run_summary(run_dir: Path, run: str) -> dict[str, Any]:
+    """The run summary of `run` (`main/<arm>/s<seed>` or `pilot/<name>`) from its run
+    directory, with the blocks and stretches this report reads."""
+    return harness_runs.run_summary(run_dir, block=BLOCK, stretches=stretches(run))
 
 
 def contention(results: Path) -> list[dict[str, Any]]:
     """The median and mean wall time per outer step over each stretch of CONTENTION."""
-    records = {
-        run: elo.read_metrics(results / run)
-        for run in {c[0] for c in CONTENTION}
-        if (results / run / "metrics.jsonl").is_file()
-    }
     out = []
     for run, first, last, condition in CONTENTION:
-        if run not in records:
+        path = results / run / harness_runs.RUN_SUMMARY
+        if not path.is_file():
             continue
-        seconds = [r["seconds"] for r in records[run] if first <= r["step"] <= last]
+        recorded = {tuple(s["steps"]): s for s in common.load_json(path)["stretches"]}
+        if (first, last) not in recorded:
+            raise SystemExit(
+                f"{path} has no stretch {first}-{last}: summarised before it was named"
+            )
+        stretch = recorded[(first, last)]
         out.append(
             {
                 "run": run,
                 "steps": [first, last],
                 "condition": condition,
-                "median_seconds": _median(seconds),
-                "mean_seconds": statistics.fmean(seconds) if seconds else None,
-                "count": len(seconds),
+                "median_seconds": stretch["median_seconds"],
+                "mean_seconds": stretch["mean_seconds"],
+                "count": stretch["count"],
             }
         )
     return out
@@ -98,14 +80,9 @@ def main() -> None:
     runs = {}
     for meta in sorted(results.glob("main/*/s*/meta.json")):
         name = str(meta.parent.relative_to(results))
-        records = elo.read_metrics(meta.parent)
-        runs[name] = {
-            "outer_steps": len(records),
-            "mean_inner_step": statistics.fmean(r["mean_inner_step"] for r in records),
-            "max_inner_step": max(r["max_inner_step"] for r in records),
-            "diverged": int(sum(r.get("diverged") or 0 for r in records)),
-            "blocks": blocks(records),
-        }
+        summary = common.load_json(meta.parent / harness_runs.RUN_SUMMARY)
+        keys = ("outer_steps", "mean_inner_step", "max_inner_step", "diverged", "blocks")
+        runs[name] = {k: summary[k] for k in keys}
     document = {
         "runs": runs,
         "contention": contention(results),

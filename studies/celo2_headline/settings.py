@@ -58,7 +58,7 @@ PILOT_STEPS = 1000
 PILOT_CHECK_EVERY = 250
 # Amended after the first rates' runs (see decision_rule.md): 3e-3 and 1e-2 added, because the
 # pilot seed's initial Celo2 trains nothing and no run at 1e-4..1e-3 moved it
-# (`pilot_diagnostic.py` records why; whether 1e-2 does is what its pilot runs measure).
+# (`results/pilot_diagnostic.json` records why; whether 1e-2 does is what its pilot runs measure).
 PILOT_LEARNING_RATES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 # (supervision_start_fraction, supervision_end_fraction, direction_floor): the CPU presets'
 # schedule (imitation for 10% of the budget, the learned optimizer alone from 40%, no floor; the

@@ -150,8 +150,8 @@ def optimizer_class(name: str) -> str | None:
 
 def item4_digest(name: str) -> str | None:
     """The weights item 4's comparison of `name` is about: those it was shipped with before
-    `reship_schedule.py` gave it the decayed step (its record's `reshipped`), else the
-    package's current ones."""
+    a re-shipping (studies/FORENSICS.md) gave it the decayed step (its record's
+    `reshipped`), else the package's current ones."""
     record = PRETRAINED / f"{name}.json"
     reshipped = common.load_json(record).get("reshipped") if record.is_file() else None
     return reshipped["previous_weights_sha256"] if reshipped else weights_digest(name)

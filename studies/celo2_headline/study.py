@@ -6,10 +6,11 @@
 
 Every run is `elo.meta_train` in this process, in a run directory under --runs-dir that resumes
 where it stopped (checkpoints every settings.CHECKPOINT_EVERY steps). A finished run's summary,
-metrics and optimizers (final and validation-selected) go to --results-dir. Two drivers can share
-a queue (a lock per run), but on two cores one run at a time finishes sooner (README.md). Which
-commit advanced a run over which steps, and on what, is recorded in its `segments.json`. See
-README.md for the protocol.
+run summary (what the reports read from its metrics and sessions) and optimizers (final and
+validation-selected) go to --results-dir; the run directory itself stays out of git. Two
+drivers can share a queue (a lock per run), but on two cores one run at a time finishes sooner
+(README.md). Which commit advanced a run over which steps, and on what, is recorded in its
+`segments.json`. See README.md for the protocol.
 """
 
 import argparse
@@ -25,7 +26,8 @@ from typing import Any
 
 import elo
 from studies import common
-from studies.celo2_headline import settings
+from studies.celo2_headline import run_stats, settings
+from studies.harness.runs import RUN_SUMMARY
 
 
 HERE = Path(__file__).parent
@@ -193,7 +195,8 @@ def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: boo
 
 
 def summarise(name: str, out: Path, results: Path, arm: str, seed: int, fields) -> None:
-    """A finished run's summary, metrics, sessions and both optimizers into the results
+    """A finished run's summary (`meta.json`), run summary (`run_summary.json`: what the
+    reports read from its metrics and sessions) and both optimizers into the results
     directory."""
     records = elo.read_metrics(out)
     checks = elo.read_validation(out)
@@ -201,9 +204,9 @@ def summarise(name: str, out: Path, results: Path, arm: str, seed: int, fields) 
     best = min(checks, key=lambda r: (r["validation"]["score"], r["step"]))
     config = json.loads((out / "config.json").read_text())["config"]
     results.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(out / "metrics.jsonl", results / "metrics.jsonl")
-    if (out / "sessions.jsonl").is_file():  # runs made before elo recorded sessions have none
-        shutil.copyfile(out / "sessions.jsonl", results / "sessions.jsonl")
+    # The run directory stays out of git: what the reports read from its metrics and sessions
+    # goes into the run summary.
+    common.write_json(results / RUN_SUMMARY, run_stats.run_summary(out, name))
     elo.save_optimizer(results / "final_optimizer.eqx", elo.load_optimizer(out))
     shutil.copyfile(out / "best_optimizer.eqx", results / "best_optimizer.eqx")
     totals = ("diverged", "nonfinite", "buffer_resumes", "fresh_resets", "nonfinite_grads")
@@ -261,7 +264,8 @@ def pilot_decision(results: Path) -> dict[str, Any] | None:
     """The pilot's choices from its finished runs, or None while a run it needs is unfinished."""
 
     def score(name: str) -> float | None:
-        """A finished run's lowest check, counting checks recovered by `lost_check.py`."""
+        """A finished run's lowest check, counting checks recovered later
+        (`recovered_checks.json`, studies/FORENSICS.md)."""
         path = results / name / "meta.json"
         if not path.is_file():
             return None

@@ -350,7 +350,7 @@ def test_shipped_decayed_tunes_item_4s_schedule_into_its_own_folder(tmp_path, mo
 
 
 def test_run_stats_blocks_sum_and_bound_each_block():
-    from studies.celo2_headline import run_stats
+    from studies.harness import runs
 
     records = [
         {
@@ -366,42 +366,13 @@ def test_run_stats_blocks_sum_and_bound_each_block():
         }
         for t in range(1, 1501)
     ]
-    first, second = run_stats.blocks(records)
+    first, second = runs.blocks(records)
     assert first["steps"] == [1, 1000] and second["steps"] == [1001, 1500]
     assert first["mean_alpha"] == 0.0 and second["mean_alpha"] == 1.0
     assert first["buffer_resumes"] == 1000 and second["buffer_resumes"] == 500
     assert first["fresh_resets"] == 333 and (first["diverged"], second["diverged"]) == (0, 1)
     assert first["mean_inner_step"] == 500.5 and second["max_inner_step"] == 3000
     assert first["median_grad_norm"] == 2.0 and first["median_seconds"] == 1.0
-
-
-def test_cell_cost_times_a_vmapped_step_of_every_optimizer(tmp_path):
-    from studies.celo2_headline import cell_cost, evaluate
-
-    task = evaluate.get_task("regression-mlp-w64-d2_teacher16")
-    for name in cell_cost.OPTIMIZERS:
-        times = cell_cost.step_seconds(task, name, tmp_path, runs=2, repeats=2)
-        assert len(times) == 2 and all(t > 0 for t in times)
-
-
-def test_cell_cost_projects_each_optimizers_minutes_over_the_protocols_cells(tmp_path, monkeypatch):
-    from studies.celo2_headline import cell_cost
-
-    per_step = {name: 0.01 * (i + 1) for i, name in enumerate(cell_cost.OPTIMIZERS)}
-    monkeypatch.setattr(
-        cell_cost, "step_seconds", lambda task, name, *_: [per_step[name], 2 * per_step[name]]
-    )
-    monkeypatch.setattr(cell_cost.evaluate, "get_task", lambda name: name)
-    monkeypatch.setattr(sys, "argv", ["cell_cost", "--results-dir", str(tmp_path)])
-    cell_cost.main()
-    written = common.load_json(tmp_path / "cell_cost.json")
-    steps = written["steps_per_task"]
-    assert steps["mlp-w128-d3_fashionmnist-8x8x1"] == 16_000  # 1K + 5K + 10K
-    assert steps["conv-c16-d2_cifar10-8x8x3"] == 16_300  # and the 300-step short run
-    total = sum(h for _, h in settings.cells())
-    assert sum(steps.values()) == total
-    assert written["projected_training_minutes"]["adamw"] == pytest.approx(0.02 * total / 60)
-    assert "gradient_only" not in written["projected_training_minutes"]
 
 
 def test_stacked_tuning_writes_each_result_as_tuning_alone_would(tmp_path):
