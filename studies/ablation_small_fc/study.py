@@ -375,11 +375,8 @@ def main() -> None:
     if args.report:
         from studies.ablation_small_fc.report import report
 
-        # Only the committed study's figures go to the docs, never a smaller trial's.
-        committed = results.resolve() == RESULTS.resolve()
-        docs_images = Path("docs/images/ablation") if committed else None
         # The plan is what --only and --seeds ask for: a smaller study is judged on its own.
-        report(results, planned_arms(args), tasks, horizons, docs_images=docs_images)
+        report(results, planned_arms(args), tasks, horizons)
         return
     settings = {
         "meta_steps": args.meta_steps,
