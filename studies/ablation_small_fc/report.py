@@ -30,7 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from studies.common import ci_band, fmt_delta, git_commit, load_json, paired, t_interval
+from studies.harness.jsonio import load_json
+from studies.harness.provenance import git_commit
+from studies.harness.stats import ci_band, paired, t_interval
+from studies.harness.tables import fmt_delta
 
 
 SELECTIONS = ("final", "selected")

@@ -48,7 +48,8 @@ from typing import Any
 import numpy as np
 
 from studies import common
-from studies.common import environment, finite_or_none, write_json
+from studies.harness.jsonio import finite_or_none, write_json
+from studies.harness.provenance import environment
 
 
 META_TASK = "mlp-w32-d1_mnist-8x8x1"
