@@ -26,7 +26,10 @@ from typing import Any
 import numpy as np
 
 from studies.ablation_small_fc.report import _per_seed, collect
-from studies.common import fmt_delta, git_commit, load_json, paired
+from studies.harness.jsonio import load_json
+from studies.harness.provenance import git_commit
+from studies.harness.stats import paired
+from studies.harness.tables import fmt_delta
 
 
 ARMS = ("pes", "elo")

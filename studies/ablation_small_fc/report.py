@@ -30,7 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from studies.common import ci_band, fmt_delta, git_commit, load_json, paired, t_interval
+from studies.harness.jsonio import load_json
+from studies.harness.provenance import git_commit
+from studies.harness.stats import ci_band, paired, t_interval
+from studies.harness.tables import fmt_delta
 
 
 SELECTIONS = ("final", "selected")
@@ -554,11 +557,10 @@ def _meta_training_figure(results, runs, arms, color, shown, name) -> Path:
     return path
 
 
-def report(results: Path, arms, tasks, horizons, docs_images: Path | None = None) -> None:
-    """Write the summary (JSON and markdown) and the figures; copy the figures to
-    `docs_images` (the Results page of the docs includes `summary.md` and shows them)."""
-    import shutil
-
+def report(results: Path, arms, tasks, horizons) -> None:
+    """Write the summary (JSON and markdown) and the figures (the Results page of the docs
+    includes `summary.md` and shows copies of the figures, made by a reviewed `cp`:
+    studies/README.md)."""
     environment = load_json(results / "settings.json").get("environment", {})
     summary = summarise(results, arms, tasks, horizons)
     summary["environment"] = environment
@@ -573,9 +575,5 @@ def report(results: Path, arms, tasks, horizons, docs_images: Path | None = None
     (results / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=True) + "\n")
     (results / "summary.md").write_text(markdown(summary, tasks, horizons, environment))
     written = figures(results, arms, tasks, horizons) if collect(results, arms) else []
-    if docs_images is not None:
-        docs_images.mkdir(parents=True, exist_ok=True)
-        for path in written:
-            shutil.copyfile(path, docs_images / path.name)
     for path in [results / "summary.json", results / "summary.md", *written]:
         print(f"wrote {path}")

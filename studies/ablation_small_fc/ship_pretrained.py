@@ -7,10 +7,10 @@ command and commit that produced it, its configuration and budget, the selection
 scores of every candidate, the state of the study at selection time, and its held-out evaluation
 table.
 
-    python -m studies.ablation_small_fc.ship_pretrained     # into results/shipped/ to inspect
-    python -m studies.ablation_small_fc.ship_pretrained --out-dir elo/pretrained   # ship it
+    python -m studies.ablation_small_fc.ship_pretrained     # into results/shipped/
 
-The study never writes into the package unless told to with `--out-dir`.
+The study never writes into the package (`--out-dir` refuses it): shipping is a reviewed
+`cp results/shipped/<name>.{eqx,json} elo/pretrained/` (studies/README.md).
 """
 
 import argparse
@@ -20,6 +20,8 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+
+from studies.harness.ship import study_output
 
 
 def parse_args():
@@ -102,7 +104,7 @@ def main() -> None:
         },
         "evaluation": table,
     }
-    out = Path(args.out_dir)
+    out = study_output(Path(args.out_dir))
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(run / "best_optimizer.eqx", out / f"{args.name}.eqx")
     (out / f"{args.name}.json").write_text(json.dumps(provenance, indent=1) + "\n")

@@ -47,7 +47,8 @@ from typing import Any
 import numpy as np
 
 from studies import common
-from studies.common import environment, finite_or_none, write_json
+from studies.harness.jsonio import finite_or_none, write_json
+from studies.harness.provenance import environment
 
 
 META_TASK = "mlp-w32-d1_mnist-8x8x1"
@@ -370,11 +371,8 @@ def main() -> None:
     if args.report:
         from studies.ablation_small_fc.report import report
 
-        # Only the committed study's figures go to the docs, never a smaller trial's.
-        committed = results.resolve() == RESULTS.resolve()
-        docs_images = Path("docs/images/ablation") if committed else None
         # The plan is what --only and --seeds ask for: a smaller study is judged on its own.
-        report(results, planned_arms(args), tasks, horizons, docs_images=docs_images)
+        report(results, planned_arms(args), tasks, horizons)
         return
     settings = {
         "meta_steps": args.meta_steps,

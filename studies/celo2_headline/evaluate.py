@@ -60,7 +60,6 @@ import argparse
 import contextlib
 import hashlib
 import importlib.resources
-import json
 import math
 import time
 from collections.abc import Sequence
@@ -74,6 +73,8 @@ import numpy as np
 import elo
 from studies import common
 from studies.celo2_headline import horizon_report, settings, shipped_report, tasks
+from studies.harness import cells as cells_cache
+from studies.harness.cells import set_aside_stale as set_aside_stale, stale_tag as stale_tag
 
 
 HERE = Path(__file__).parent
@@ -183,21 +184,22 @@ def tune_cached(
     horizon: int,
     required: dict[str, Any] | None = None,
 ) -> None:
-    """Tune `optimizer` on one cell into `path`, unless it exists or another driver has it.
+    """Tune `optimizer` on one cell into `path`, unless it exists or another driver has it
+    (`studies.harness.cells.cached`).
 
     With `required` (fields a result must record: a shipped optimizer's `weights_sha256`,
     `decayed`'s `lo_schedule`), the result records them, and a cached result that records other
     values (or none) is first set aside under a free name (`set_aside_stale`): kept, no longer
     read, made again.
     """
-    prepare = None if required is None else lambda: set_aside_stale(path, required)
-    with common.claimed(path, prepare) as mine:
-        if not mine:
-            return
+
+    def compute() -> dict[str, Any]:
         started = time.perf_counter()
         tuned = elo.tune(optimizer, get_task(task_name), **protocol(horizon))
-        result = summarise(tuned, time.perf_counter() - started)
-        common.write_json(path, result | (required or {}))
+        return summarise(tuned, time.perf_counter() - started)
+
+    started = time.perf_counter()
+    if cells_cache.cached(path, compute, required=required, log=log):
         log(f"{path.relative_to(path.parents[2])}: {time.perf_counter() - started:.0f} s")
 
 
@@ -346,37 +348,6 @@ def tune_cells(
             for start in range(0, len(group), stack):
                 tune_cached_stacked(group[start : start + stack], task, horizon)
         copy_to_twins(out, twins, [(task, horizon)])
-
-
-def stale_tag(recorded: dict[str, Any]) -> str:
-    """The suffix naming what a stale result was made with: the first 12 hex digits of its
-    `weights_sha256` when that is all it is checked for, `unknown` when it records none of the
-    fields, else of the SHA-256 of the recorded fields' JSON."""
-    if all(v is None for v in recorded.values()):
-        return "unknown"
-    if list(recorded) == ["weights_sha256"]:
-        return str(recorded["weights_sha256"])[:12]
-    text = json.dumps(recorded, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def set_aside_stale(path: Path, required: dict[str, Any]) -> None:
-    """Rename a cached result whose fields differ from `required` (made with other weights or
-    another schedule, or with no record of them) to a free `<name>.stale-<stale_tag>[-N]`. Call
-    it holding the result's lock."""
-    if not path.is_file():
-        return
-    data = common.load_json(path)
-    recorded = {k: data.get(k) for k in required}
-    if recorded == required:
-        return
-    stem = f"{path.name}.stale-{stale_tag(recorded)}"
-    target, n = path.with_name(stem), 1
-    while target.exists():
-        n += 1
-        target = path.with_name(f"{stem}-{n}")
-    path.replace(target)
-    log(f"{path.name}: made with other {', '.join(required)}; kept as {target.name}, redone")
 
 
 def run_baselines(out: Path, only: Sequence[str] | None = None) -> None:

@@ -1,9 +1,10 @@
 """The headline study's figures, drawn from its committed results (no training).
 
-    python -m studies.celo2_headline.figures [--results-dir DIR] [--docs-images DIR]
+    python -m studies.celo2_headline.figures [--results-dir DIR]
 
 Reads DIR/summary.json (`report.py`) and the finished main runs' `meta.json` under DIR/main, and
-writes into DIR/figures/ (and, with `--docs-images`, copies for the Results page):
+writes into DIR/figures/ (the Results page shows copies, made by a reviewed `cp`:
+studies/README.md):
 
 - `ratios.png`: every held-out cell, each arm's test loss as a ratio to tuned AdamW's (selected
   checkpoints; the mean over meta-training seeds with its 95% t-interval, and each seed), beside
@@ -26,7 +27,6 @@ the report commit of the summary they were drawn from.
 
 import argparse
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -329,8 +329,8 @@ def long_horizon_figure(item1: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def figures(results: Path, docs_images: Path | None = None) -> list[Path]:
-    """Draw every figure into `results`/figures (and copy them to `docs_images`)."""
+def figures(results: Path) -> list[Path]:
+    """Draw every figure into `results`/figures."""
     summary = common.load_json(results / "summary.json")
     out = results / "figures"
     out.mkdir(parents=True, exist_ok=True)
@@ -347,10 +347,6 @@ def figures(results: Path, docs_images: Path | None = None) -> list[Path]:
         "environment": common.environment(),
     }
     common.write_json(out / "figures.json", record)
-    if docs_images is not None:
-        docs_images.mkdir(parents=True, exist_ok=True)
-        for path in paths:
-            shutil.copyfile(path, docs_images / path.name)
     return paths
 
 
@@ -359,10 +355,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
-    parser.add_argument("--docs-images", help="also copy the figures here (docs/images/...)")
     args = parser.parse_args()
-    docs = Path(args.docs_images) if args.docs_images else None
-    for path in figures(Path(args.results_dir), docs):
+    for path in figures(Path(args.results_dir)):
         print(f"wrote {path}")
 
 

@@ -1,7 +1,6 @@
 """Ship the headline study's Celo2 optimizer as a pretrained optimizer (`elo.pretrained`).
 
-    python -m studies.celo2_headline.ship                          # into RESULTS/shipped/
-    python -m studies.celo2_headline.ship --out-dir elo/pretrained  # ship it in the package
+    python -m studies.celo2_headline.ship          # into RESULTS/shipped/
 
 The decision rule (`decision_rule.md`) fixes what ships: over the selected checkpoints of the
 six Celo2 main runs (both Celo2 arms × settings.MAIN_SEEDS), the lowest selection score
@@ -22,7 +21,8 @@ shipped seed's result and tuned AdamW's on every held-out cell, and item 4's cho
 (pending while the cells its decayed results lack could change it). `--allow-partial` ships
 from what exists instead, labelled as such in the summary and in `selection` (`partial`,
 `missing`), the AdamW verdict "pending" while the missing cells could still decide it. It never
-writes into the package unless `--out-dir` says so.
+writes into the package (`--out-dir` refuses it): shipping is a reviewed
+`cp RESULTS/shipped/<name>.{eqx,json} elo/pretrained/` (studies/README.md).
 """
 
 import argparse
@@ -32,6 +32,7 @@ from typing import Any
 from studies import common
 from studies.celo2_headline import report, settings, ship_schedule, ship_training, study
 from studies.celo2_headline.decayed_report import run_label
+from studies.harness.ship import study_output
 
 
 HERE = Path(__file__).parent
@@ -415,7 +416,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     results = Path(args.results_dir)
-    out = Path(args.out_dir) if args.out_dir else results / "shipped"
+    out = study_output(Path(args.out_dir) if args.out_dir else results / "shipped")
     record = ship(results, args.name, out, args.allow_partial)
     print(f"shipped {record['arm']} s{record['seed']} as {out / args.name}.eqx")
     print(record["summary"])

@@ -5,9 +5,9 @@
     python -m studies.fresh_cells.evaluate --optimizer adamw --optimizer celo2
 
 One result file per (optimizer, cell): `results/<optimizer>/<task>@<horizon>.json`, written
-atomically and never made twice (a lock per file lets two drivers share the work; a killed
-driver loses at most the cell it was running). Cells run in `settings.CELLS`'s order, every
-optimizer on a cell before the next cell.
+atomically and never made twice (`studies.harness.cells.cached`: a lock per file lets two
+drivers share the work; a killed driver loses at most the cell it was running). Cells run in
+`settings.CELLS`'s order, every optimizer on a cell before the next cell.
 
 Refuses to start while `celo2` is not shipped: the ship rule (`ship_rule.py`) picks it, and
 shipping it is a reviewed commit made before the first fresh result (rule.md §3).
@@ -26,6 +26,7 @@ import numpy as np
 import elo
 from studies import common
 from studies.fresh_cells import settings, tasks
+from studies.harness import cells
 
 
 HERE = Path(__file__).parent
@@ -137,11 +138,10 @@ def summarise(tuned: elo.Tuned, seconds: float) -> dict[str, Any]:
 
 def evaluate_cell(results: Path, optimizer: str, task_name: str, horizon: int) -> None:
     """Tune `optimizer` on one cell into its result file, unless it exists or another driver
-    holds it."""
+    holds it (`studies.harness.cells.cached`)."""
     path = results / optimizer / f"{task_name}@{horizon}.json"
-    with common.claimed(path) as mine:
-        if not mine:
-            return
+
+    def compute() -> dict[str, Any]:
         started = time.perf_counter()
         if optimizer in settings.LEARNED:
             subject: Any = learned_optimizer(optimizer)
@@ -149,9 +149,11 @@ def evaluate_cell(results: Path, optimizer: str, task_name: str, horizon: int) -
         else:
             subject, extra = optimizer, {"weight_decay": settings.WEIGHT_DECAY[optimizer]}
         tuned = elo.tune(subject, get_task(task_name), name=optimizer, **tuning(optimizer, horizon))
-        seconds = time.perf_counter() - started
-        common.write_json(path, summarise(tuned, seconds) | extra)
-        log(f"{optimizer} {task_name}@{horizon}: {seconds:.0f} s")
+        return summarise(tuned, time.perf_counter() - started) | extra
+
+    started = time.perf_counter()
+    if cells.cached(path, compute, log=log):
+        log(f"{optimizer} {task_name}@{horizon}: {time.perf_counter() - started:.0f} s")
 
 
 def optimizers(names: Sequence[str] | None) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import elo
-from studies import common
+from studies.harness.provenance import environment
 
 
 RUN_SUMMARY = "run_summary.json"
@@ -90,5 +90,5 @@ def run_summary(
         "blocks": blocks(records, block),
         "stretches": [stretch(records, first, last) for first, last in stretches],
         "sessions": elo.read_sessions(run_dir),
-        "environment": common.environment(),
+        "environment": environment(),
     }

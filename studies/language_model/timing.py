@@ -21,7 +21,7 @@ import time
 import jax
 
 import elo
-from studies.common import git_commit
+from studies.harness.provenance import git_commit
 
 
 TASK = "transformer-w32-d2-h2_shakespeare-ctx32"
