@@ -207,3 +207,21 @@ def test_extract_python_blocks():
     ]
     with pytest.raises(ValueError, match="needs a reason"):
         extract_python_blocks("```python\n# docs: skip\nx\n```\n")
+
+
+def test_the_front_pages_numbers_are_the_generated_ones():
+    """README.md, docs/index.md and the Results index quote the studies' headline numbers from
+    one generator (`docs/generated/results.py`) reading the committed result files: a changed
+    result, or a hand edit of a generated file or of README's copy, fails here."""
+    from docs.generated import results
+
+    for path, text in results.rendered().items():
+        assert path.read_text() == text, f"{path.name} is stale: python -m docs.generated.results"
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    paragraph = " ".join(results.readme_paragraph(results.facts()).split())
+    assert paragraph in readme, "README's Results paragraph is not docs/generated/readme_results.md"
+    for page, snippet in (
+        ("index.md", "index_results.md"),
+        ("results/index.md", "results_index.md"),
+    ):
+        assert f'--8<-- "docs/generated/{snippet}"' in (ROOT / "docs" / page).read_text()

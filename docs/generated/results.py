@@ -1,0 +1,231 @@
+"""Generate the studies' headline numbers where the front pages quote them, from the committed
+result files, so that every page says the same thing.
+
+Writes
+
+- `docs/generated/results_index.md`: the verdict table of the Results page
+  (`docs/results/index.md` includes it);
+- `docs/generated/readme_results.md`: the Results paragraph of README.md, which GitHub cannot
+  include, so README.md holds a copy;
+- `docs/generated/index_results.md`: the same paragraph, linked for the docs, and the speed
+  figure against the paper's code (`docs/index.md` includes it).
+
+`tests/test_docs.py` fails when README.md's copy or any of these files differs from what this
+script makes from the result files now.
+
+Each number is read from its study's summary (the commit of the code that produced it is in
+that file) and each verdict links to the page that holds its protocol and tables.
+
+    python -m docs.generated.results     # from the repository root (seconds)
+"""
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDIES = ROOT / "studies"
+OUT = ROOT / "docs" / "generated"
+
+
+def _load(relative: str) -> Any:
+    return json.loads((STUDIES / relative).read_text())
+
+
+def _seeds(table: dict[str, Any]) -> str:
+    counts = sorted({len(arm["seeds"]) for arm in table.values()})
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+
+
+def facts() -> dict[str, Any]:
+    """The numbers the front pages quote, each read from its study's committed results."""
+    headline = _load("celo2_headline/results/summary.json")
+    headline_settings = _load("celo2_headline/results/settings.json")["settings"]
+    ablation = _load("ablation_small_fc/results/summary.json")
+    language = _load("language_model/results/tuned_2000.json")
+    specialise = _load("specialise/results/summary.json")
+    finals = {o["name"]: o["final_test_loss"] for o in language["optimizers"]}
+    target = finals.pop(language["target"])
+    shipped = {
+        name: row["default_step"]
+        for name, row in headline["shipped"].items()
+        if row["present"] == len(headline["cells"])
+    }
+    from studies.celo2_headline import settings as headline_module
+    from studies.specialise import study as specialise_study
+
+    return {
+        "h1": headline["h1"],
+        "h2_wins": headline["h2"]["selected"]["cells_below_0"],
+        "h2_cells": len(headline["h2"]["long_horizon_cells"]),
+        "h2_needed": headline["h2"]["needed"],
+        "h2_verdict": headline["h2"]["verdict"],
+        "meta_steps": headline_settings["meta_steps"],
+        "main_seeds": len(headline_settings["main_seeds"]),
+        "ablation_seeds": _seeds(ablation["table"]),
+        "ablation_runs": sum(len(arm["seeds"]) for arm in ablation["table"].values()),
+        "ablation_elo_beats_pes": ablation["verdict"]["elo_beats_pes"],
+        "ablation_cells": len(ablation["adamw"]),
+        "ablation_over_adamw": sorted(
+            ablation["table"][arm]["overview"]["ratio_to_adamw"][0] - 1 for arm in ("pes", "elo")
+        ),
+        "lm_target": language["target"].removeprefix("pretrained:"),
+        "lm_over": {name: target / value - 1 for name, value in finals.items()},
+        "lm_seeds": len(language["seeds"]),
+        "shipped": shipped,
+        "tolerance": headline_module.DEFAULT_TOLERANCE,
+        "specialise_steps": specialise_study.OUTER_STEPS,
+        "specialise_seeds": len(specialise_study.SEEDS),
+        "speed": json.loads((ROOT / "benchmarks/results/speed_vs_reference.json").read_text()),
+        "specialise_lower": {
+            name: row["after_minus_before"]["mean"] < 0
+            for name, row in specialise["sources"].items()
+        },
+    }
+
+
+def _count(n: int) -> str:
+    return "none" if n == 0 else str(n)
+
+
+def _percent(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def index_table(f: dict[str, Any]) -> str:
+    """The Results page's table: question, verdict with its numbers, page."""
+    h1 = f["h1"]
+    headline = (
+        f"**{h1['verdict'].capitalize()}**{', both' if f['h2_verdict'] == h1['verdict'] else ''}:"
+        f" at or below tuned AdamW on {_count(h1['cells_at_or_below_adamw'])} of {h1['of']} "
+        f"held-out cells; better than PES-Celo2 with 95% confidence on {f['h2_wins']} of "
+        f"{f['h2_cells']} long-horizon cells ({f['h2_needed']} needed)"
+    )
+    ablation = (
+        f"**No**, at this budget ({f['ablation_seeds']} paired seeds; a 10,000-step check agrees)"
+        if not f["ablation_elo_beats_pes"]
+        else "**Yes**"
+    )
+    shipped = ", ".join(
+        f"`{name}` on {row['works']} of {row['of']}" for name, row in f["shipped"].items()
+    )
+    helped = [name for name, lower in f["specialise_lower"].items() if lower]
+    specialise = (
+        f"**Not within {f['specialise_steps']} outer steps** on a sine regression, for either "
+        f"shipped optimizer ({f['specialise_seeds']} meta-seeds each)"
+        if not helped
+        else f"Lower on average for {', '.join(helped)}"
+    )
+    rows = [
+        (
+            "Does ELO-Celo2, the paper's headline configuration at its width, beat tuned AdamW "
+            "on tasks it never saw (H1), and PES-Celo2 at long horizons (H2)?",
+            headline,
+            "[The ELO-Celo2 headline study](celo2_headline.md)",
+        ),
+        (
+            "Does ELO beat PES for small_fc at a CPU budget, and which of its parts matter?",
+            ablation,
+            "[The small_fc ablation study](ablation_small_fc.md)",
+        ),
+        (
+            "How do the optimizers that ship with `elo` compare with tuned AdamW?",
+            f"Close, not better: at their default step, within {f['tolerance']:g}× of tuned "
+            f"AdamW's test loss on held-out cells: {shipped}",
+            "[The shipped optimizers](shipped.md)",
+        ),
+        (
+            "Does specialising a shipped optimizer to your own task help?",
+            specialise,
+            "[Specialise a shipped optimizer]"
+            "(../howto/specialise.md#does-it-help-measured-on-the-sine-regression)",
+        ),
+    ]
+    lines = ["| question | verdict | page |", "|---|---|---|"]
+    lines += [f"| {q} | {v} | {p} |" for q, v, p in rows]
+    return "\n".join(lines) + "\n"
+
+
+def results_paragraph(f: dict[str, Any], docs: str, index: str) -> str:
+    """The front pages' Results paragraph, wrapped at 100 columns; `docs` is the path from the
+    page to the docs folder, `index` the sentence that says where every study is listed."""
+    h1 = f["h1"]
+    low, high = f["ablation_over_adamw"]
+    over = f["lm_over"]
+    text = (
+        "`elo`'s own studies say what it does and does not achieve at their budgets. At the "
+        "paper's headline configuration (ELO-Celo2 with the Muon expert, "
+        f"{f['meta_steps']:,} outer steps, {f['main_seeds']} paired seeds), the headline is not "
+        "reproduced: ELO-Celo2's selected checkpoints are at or below tuned AdamW's test loss on "
+        f"{h1['cells_at_or_below_adamw']} of {h1['of']} held-out cells (H1 {h1['verdict']}) and "
+        f"beat PES-Celo2 with 95% confidence on {f['h2_wins']} of {f['h2_cells']} long-horizon "
+        f"cells, {f['h2_needed']} being needed (H2 {f['h2_verdict']}) "
+        f"([Results]({docs}results/celo2_headline.md)). In the small_fc ablation "
+        f"({f['ablation_runs']} meta-training runs), ELO "
+        f"{'beats' if f['ablation_elo_beats_pes'] else 'does not beat'} PES at this budget: no "
+        "paired difference has a 95% interval that excludes 0, and their validation-selected "
+        f"optimizers are {_percent(low)} and {_percent(high)} above tuned AdamW averaged over "
+        f"{f['ablation_cells']} task × horizon cells "
+        f"([Results]({docs}results/ablation_small_fc.md)). "
+        f"On a byte-level language model it never saw, the shipped `{f['lm_target']}` at its "
+        f"default step ends {_percent(over['adamw'])} above tuned AdamW's test loss and "
+        f"{_percent(over['muon'])} above tuned Muon's, over {f['lm_seeds']} seeds "
+        f"([Results]({docs}results/shipped.md#the-shipped-optimizer-on-a-language-model)). "
+        f"{index}"
+    )
+    return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False) + "\n"
+
+
+def speed_sentence(f: dict[str, Any]) -> str:
+    """The meta-training speed against the paper's code, from `speed_vs_reference.json`."""
+    speed = f["speed"]
+    ratios = speed["summary"]["elo"]["speedup_of_minima"]
+    elo_s = speed["summary"]["elo"]["best_min"]
+    text = (
+        f"One outer step of PES small_fc (MNIST 8×8) took {elo_s:.3f} s "
+        f"against the paper's implementation's {speed['reference']['best_min']:.3f} s, timed "
+        f"interleaved on the same {speed['cpus']}-core {speed['cpu_model']} machine (best per-step "
+        f"minimum over {len(speed['rounds'])} rounds): {min(ratios):.2f}–{max(ratios):.2f}× "
+        f"faster per round (commit {speed['commit']}); the ratio moves with the machine's load, "
+        "and [Speed and memory](benchmarks.md) has the commands and the other figures."
+    )
+    return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False) + "\n"
+
+
+def readme_paragraph(f: dict[str, Any]) -> str:
+    """README.md's Results paragraph."""
+    index = (
+        "Speed and memory against the paper's code and at model scale are on "
+        "[their own page](docs/benchmarks.md); every study is indexed in "
+        "[studies/README.md](studies/README.md)."
+    )
+    return results_paragraph(f, "docs/", index)
+
+
+def index_section(f: dict[str, Any]) -> str:
+    """docs/index.md's results: the paragraph linked for the docs, and the speed figure."""
+    index = "Every study is on the [Results](results/index.md) page."
+    return results_paragraph(f, "", index) + "\n" + speed_sentence(f)
+
+
+def rendered() -> dict[Path, str]:
+    """Each generated file and its text, from the result files as they are now."""
+    f = facts()
+    note = "<!-- generated by `python -m docs.generated.results`; do not edit -->\n"
+    return {
+        OUT / "results_index.md": note + index_table(f),
+        OUT / "readme_results.md": readme_paragraph(f),
+        OUT / "index_results.md": index_section(f),
+    }
+
+
+def main() -> None:
+    for path, text in rendered().items():
+        path.write_text(text)
+        print(f"wrote {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
