@@ -239,7 +239,7 @@ def report() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m studies.specialise.study", description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("command", choices=("run", "evaluate", "report"))
     args = parser.parse_args(argv)
     if args.command == "run":
