@@ -70,8 +70,10 @@ def parse_cells(spec: str | None) -> list[tuple[str, int]]:
 
 def weights_sha256(name: str) -> str:
     """The sha256 of a shipped optimizer's installed weights file."""
-    files = importlib.resources.files("elo.pretrained")
-    return hashlib.sha256(files.joinpath(f"{name}.eqx").read_bytes()).hexdigest()
+    # Not `files("elo.pretrained")`: that imports the weights folder as a module, which then
+    # replaces the function `elo.pretrained` on the package.
+    path = importlib.resources.files("elo") / "pretrained" / f"{name}.eqx"
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def learned_optimizer(name: str) -> elo.AbstractLearnedOptimizer:
