@@ -26,7 +26,7 @@ from studies.celo2_headline import (
     ship as headline_ship,
     ship_training,
 )
-from studies.fresh_cells import settings, ship_rule
+from studies.fresh_cells import evaluate, settings, ship_rule
 from studies.harness.ship import study_output
 
 
@@ -38,6 +38,8 @@ RULE = (
     "below tuned AdamW's on the most of the 14 headline cells, all with the warm-up + cosine "
     "step; ties to the lower geometric-mean validation ratio, then the earlier candidate"
 )
+# Protocol v2's schedule, which the headline study's decayed results were made with
+# (`made_as_judged` checks each result file the rule read says so).
 SCHEDULE = settings.LEARNED_SCHEDULES["Celo2"]
 PUBLISHED = "celo2_published"
 
@@ -79,6 +81,24 @@ def winner_source(winner: str, headline_results: Path) -> tuple[elo.Celo2, dict[
     if not isinstance(lo, elo.Celo2):
         raise SystemExit(f"{winner} is a {type(lo).__name__}, not the Celo2 the rule ships.")
     return lo.with_hyperparameters(**SCHEDULE), source
+
+
+def made_as_judged(winner: str, evaluation: Path) -> None:
+    """Refuse unless every headline result the rule read for `winner` was made with the weights
+    and schedule shipped now: the published Celo2's results record the installed weights'
+    sha256, a main run's results the decayed schedule `SCHEDULE`."""
+    for task, horizon in headline.cells():
+        path = ship_rule.candidate_dir(evaluation, winner) / f"{task}@{horizon}.json"
+        result = common.load_json(path)
+        if winner == PUBLISHED:
+            made_with, shipped = result.get("weights_sha256"), evaluate.weights_sha256(PUBLISHED)
+        else:
+            made_with, shipped = result.get("lo_schedule"), SCHEDULE
+        if made_with != shipped:
+            raise SystemExit(
+                f"{path} was made with {made_with!r}, not what would ship ({shipped!r}): "
+                "re-evaluate it before shipping."
+            )
 
 
 def headline_rows(winner: str, evaluation: Path) -> dict[str, dict[str, Any]]:
@@ -133,6 +153,7 @@ def ship(decision_path: Path, evaluation: Path, headline_results: Path, out: Pat
             f"{decision_path} names no winner (results missing): run "
             "`python -m studies.fresh_cells.ship_rule` once every candidate has its 14 cells."
         )
+    made_as_judged(winner, evaluation)
     lo, source = winner_source(winner, headline_results)
     record = report.json_ready(
         {
@@ -167,6 +188,7 @@ def ship(decision_path: Path, evaluation: Path, headline_results: Path, out: Pat
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Ship the winner into `--out-dir` (default: results/shipped/) and print its summary."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decision", type=Path, default=HERE / "results" / "ship_rule.json")
     parser.add_argument("--evaluation", type=Path, default=ship_rule.EVALUATION)

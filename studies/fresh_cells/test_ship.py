@@ -13,14 +13,14 @@ import pytest
 import elo
 from studies import common
 from studies.celo2_headline import settings as headline, ship as headline_ship
-from studies.fresh_cells import settings, ship, ship_rule
+from studies.fresh_cells import evaluate, settings, ship, ship_rule
 
 
 CELLS = [f"{t}@{h}" for t, h in headline.cells()]
 
 
-def _result(validation: float, test: float, value: float) -> dict:
-    return {
+def _result(validation: float, test: float, value: float, **made_with) -> dict:
+    return made_with | {
         "selected": 0,
         "value": value,
         "test_loss": test,
@@ -37,7 +37,11 @@ def tree(tmp_path):
         common.write_json(evaluation / "baselines" / "adamw" / f"{cell}.json", _result(1, 2, 3e-3))
         for candidate in settings.SHIP_CANDIDATES:
             path = ship_rule.candidate_dir(evaluation, candidate) / f"{cell}.json"
-            common.write_json(path, _result(0.9 if candidate == "pes_celo2/s1" else 1.1, 1.8, 2.0))
+            made_with = {"lo_schedule": dict(settings.LEARNED_SCHEDULES["Celo2"])}
+            if candidate == "celo2_published":
+                made_with = {"weights_sha256": evaluate.weights_sha256("celo2_published")}
+            validation = 0.9 if candidate == "pes_celo2/s1" else 1.1
+            common.write_json(path, _result(validation, 1.8, 2.0, **made_with))
     results = tmp_path / "headline"
     run = headline_ship.run_results(results, "pes_celo2", 1)
     run.mkdir(parents=True)
@@ -99,7 +103,8 @@ def test_the_published_celo2_ships_as_the_package_holds_it(tree):
     root, evaluation, results = tree
     for cell in CELLS:
         path = ship_rule.candidate_dir(evaluation, "celo2_published") / f"{cell}.json"
-        common.write_json(path, _result(0.5, 1.0, 1.0))
+        digest = {"weights_sha256": evaluate.weights_sha256("celo2_published")}
+        common.write_json(path, _result(0.5, 1.0, 1.0, **digest))
     decision = ship_rule.judge(evaluation) | {"environment": {"commit": "def5678"}}
     common.write_json(root / "ship_rule.json", decision)
     record = ship.ship(root / "ship_rule.json", evaluation, results, root / "out")
@@ -109,6 +114,19 @@ def test_the_published_celo2_ships_as_the_package_holds_it(tree):
     assert all(np.array_equal(a, b) for a, b in zip(_arrays(shipped), _arrays(published)))
     assert shipped.hyperparameters() == published.hyperparameters()
     assert record["source"]["published"]["repository"] == "Belilovsky-Lab/pylo"
+
+
+def test_the_shipped_schedule_is_the_one_the_headline_study_evaluated():
+    assert ship.SCHEDULE == headline.DECAYED_SCHEDULE
+
+
+def test_results_made_with_other_weights_or_another_schedule_refuse(tree):
+    root, evaluation, results = tree
+    cell = ship_rule.candidate_dir(evaluation, "pes_celo2/s1") / f"{CELLS[3]}.json"
+    common.write_json(cell, common.load_json(cell) | {"lo_schedule": None})
+    with pytest.raises(SystemExit, match="re-evaluate it before shipping"):
+        ship.ship(root / "ship_rule.json", evaluation, results, root / "out")
+    assert not (root / "out").exists()
 
 
 def test_no_winner_refuses_and_the_package_is_never_written(tree, tmp_path):
