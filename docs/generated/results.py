@@ -24,6 +24,10 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import elo
+from studies.celo2_headline import settings as headline_module
+from studies.specialise import study as specialise_study
+
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ROOT / "studies"
@@ -40,7 +44,9 @@ def _seeds(table: dict[str, Any]) -> str:
 
 
 def facts() -> dict[str, Any]:
-    """The numbers the front pages quote, each read from its study's committed results."""
+    """The numbers the front pages quote, each read from its study's committed results; the
+    tolerance and the specialise study's outer steps, which its results do not record, from the
+    studies' settings."""
     headline = _load("celo2_headline/results/summary.json")
     headline_settings = _load("celo2_headline/results/settings.json")["settings"]
     ablation = _load("ablation_small_fc/results/summary.json")
@@ -48,14 +54,15 @@ def facts() -> dict[str, Any]:
     specialise = _load("specialise/results/summary.json")
     finals = {o["name"]: o["final_test_loss"] for o in language["optimizers"]}
     target = finals.pop(language["target"])
-    shipped = {
+    # The optimizers the package ships now, with their default step's count where the headline
+    # study has evaluated them on all its cells (None: not evaluated there).
+    complete = {
         name: row["default_step"]
         for name, row in headline["shipped"].items()
         if row["present"] == len(headline["cells"])
     }
-    from studies.celo2_headline import settings as headline_module
-    from studies.specialise import study as specialise_study
-
+    shipped = {name: complete.get(name) for name in elo.available_pretrained()}
+    lm_target = next(o for o in language["optimizers"] if o["name"] == language["target"])
     return {
         "h1": headline["h1"],
         "h2_wins": headline["h2"]["selected"]["cells_below_0"],
@@ -67,23 +74,39 @@ def facts() -> dict[str, Any]:
         "ablation_seeds": _seeds(ablation["table"]),
         "ablation_runs": sum(len(arm["seeds"]) for arm in ablation["table"].values()),
         "ablation_elo_beats_pes": ablation["verdict"]["elo_beats_pes"],
+        "ablation_significant_wins": [
+            row["tasks_won"]
+            for row in ablation["verdict"]["significant_wins_at_5k_and_10k"].values()
+        ],
         "ablation_cells": len(ablation["adamw"]),
         "ablation_over_adamw": sorted(
             ablation["table"][arm]["overview"]["ratio_to_adamw"][0] - 1 for arm in ("pes", "elo")
         ),
         "lm_target": language["target"].removeprefix("pretrained:"),
+        "lm_target_value": lm_target["selected_value"],
         "lm_over": {name: target / value - 1 for name, value in finals.items()},
         "lm_seeds": len(language["seeds"]),
         "shipped": shipped,
         "tolerance": headline_module.DEFAULT_TOLERANCE,
         "specialise_steps": specialise_study.OUTER_STEPS,
-        "specialise_seeds": len(specialise_study.SEEDS),
+        "specialise_seeds": {
+            len(row["after_test_loss_per_meta_seed"]) for row in specialise["sources"].values()
+        },
         "speed": json.loads((ROOT / "benchmarks/results/speed_vs_reference.json").read_text()),
         "specialise_lower": {
             name: row["after_minus_before"]["mean"] < 0
             for name, row in specialise["sources"].items()
         },
     }
+
+
+def _require(condition: bool, text: str) -> None:
+    """Refuse to render a sentence whose fixed words the results no longer support."""
+    if not condition:
+        raise ValueError(
+            f"the results no longer support {text!r}: rewrite that sentence of "
+            "docs/generated/results.py"
+        )
 
 
 def _count(n: int) -> str:
@@ -98,25 +121,29 @@ def index_table(f: dict[str, Any]) -> str:
     """The Results page's table: question, verdict with its numbers, page."""
     h1 = f["h1"]
     headline = (
-        f"**{h1['verdict'].capitalize()}**{', both' if f['h2_verdict'] == h1['verdict'] else ''}:"
-        f" at or below tuned AdamW on {_count(h1['cells_at_or_below_adamw'])} of {h1['of']} "
+        f"**H1 {h1['verdict']}, H2 {f['h2_verdict']}**: at or below tuned AdamW on "
+        f"{_count(h1['cells_at_or_below_adamw'])} of {h1['of']} "
         f"held-out cells; better than PES-Celo2 with 95% confidence on {f['h2_wins']} of "
         f"{f['h2_cells']} long-horizon cells ({f['h2_needed']} needed)"
     )
+    _require(not f["ablation_elo_beats_pes"], "ELO does not beat PES (a 10,000-step check agrees)")
     ablation = (
         f"**No**, at this budget ({f['ablation_seeds']} paired seeds; a 10,000-step check agrees)"
-        if not f["ablation_elo_beats_pes"]
-        else "**Yes**"
     )
-    shipped = ", ".join(
-        f"`{name}` on {row['works']} of {row['of']}" for name, row in f["shipped"].items()
+    evaluated = {name: row for name, row in f["shipped"].items() if row is not None}
+    _require(all(row["works"] < row["of"] for row in evaluated.values()), "Close, not better")
+    shipped = "; ".join(
+        f"`{name}` on {row['works']} of {row['of']}" for name, row in evaluated.items()
     )
+    pending = [name for name, row in f["shipped"].items() if row is None]
+    if pending:
+        names = ", ".join(f"`{name}`" for name in pending)
+        shipped += f" ({names}: not yet evaluated on all of them)"
     helped = [name for name, lower in f["specialise_lower"].items() if lower]
+    _require(not helped and len(f["specialise_seeds"]) == 1, "Not within ... for either")
     specialise = (
         f"**Not within {f['specialise_steps']} outer steps** on a sine regression, for either "
-        f"shipped optimizer ({f['specialise_seeds']} meta-seeds each)"
-        if not helped
-        else f"Lower on average for {', '.join(helped)}"
+        f"shipped optimizer ({min(f['specialise_seeds'])} meta-seeds each)"
     )
     rows = [
         (
@@ -152,6 +179,12 @@ def results_paragraph(f: dict[str, Any], docs: str, index: str) -> str:
     """The front pages' Results paragraph, wrapped at 100 columns; `docs` is the path from the
     page to the docs folder, `index` the sentence that says where every study is listed."""
     h1 = f["h1"]
+    _require(h1["verdict"] == "not met", "the headline is not reproduced")
+    _require(
+        not f["ablation_elo_beats_pes"] and not any(f["ablation_significant_wins"]),
+        "no paired difference has a 95% interval that excludes 0",
+    )
+    _require(f["lm_target_value"] == 1.0, "at its default step")
     low, high = f["ablation_over_adamw"]
     over = f["lm_over"]
     text = (
@@ -164,7 +197,7 @@ def results_paragraph(f: dict[str, Any], docs: str, index: str) -> str:
         f"cells, {f['h2_needed']} being needed (H2 {f['h2_verdict']}) "
         f"([Results]({docs}results/celo2_headline.md)). In the small_fc ablation "
         f"({f['ablation_runs']} meta-training runs), ELO "
-        f"{'beats' if f['ablation_elo_beats_pes'] else 'does not beat'} PES at this budget: no "
+        "does not beat PES at this budget: no "
         "paired difference has a 95% interval that excludes 0, and their validation-selected "
         f"optimizers are {_percent(low)} and {_percent(high)} above tuned AdamW averaged over "
         f"{f['ablation_cells']} task × horizon cells "
@@ -182,13 +215,16 @@ def speed_sentence(f: dict[str, Any]) -> str:
     """The meta-training speed against the paper's code, from `speed_vs_reference.json`."""
     speed = f["speed"]
     ratios = speed["summary"]["elo"]["speedup_of_minima"]
+    single = speed["summary"]["elo_one_device"]["speedup_of_minima"]
     elo_s = speed["summary"]["elo"]["best_min"]
     text = (
         f"One outer step of PES small_fc (MNIST 8×8) took {elo_s:.3f} s "
         f"against the paper's implementation's {speed['reference']['best_min']:.3f} s, timed "
         f"interleaved on the same {speed['cpus']}-core {speed['cpu_model']} machine (best per-step "
         f"minimum over {len(speed['rounds'])} rounds): {min(ratios):.2f}–{max(ratios):.2f}× "
-        f"faster per round (commit {speed['commit']}); the ratio moves with the machine's load, "
+        f"faster per round with one JAX device per core (`elo meta-train`'s default), "
+        f"{min(single):.2f}–{max(single):.2f}× with one device, as the reference runs "
+        f"(commit {speed['commit']}); the ratio moves with the machine's load, "
         "and [Speed and memory](benchmarks.md) has the commands and the other figures."
     )
     return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False) + "\n"
@@ -222,6 +258,7 @@ def rendered() -> dict[Path, str]:
 
 
 def main() -> None:
+    """Write every generated file (`rendered`)."""
     for path, text in rendered().items():
         path.write_text(text)
         print(f"wrote {path.relative_to(ROOT)}")
