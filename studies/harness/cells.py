@@ -9,6 +9,7 @@ read, and made again.
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterator
@@ -103,14 +104,14 @@ def cached(
     True when this call wrote the result; False when it existed or another process held it.
     """
 
-    def set_aside() -> None:
-        assert required is not None
-        target = set_aside_stale(path, required)
+    def set_aside(fields: dict[str, Any]) -> None:
+        target = set_aside_stale(path, fields)
         if target is not None:
-            made_with = ", ".join(required)
+            made_with = ", ".join(fields)
             log(f"{path.name}: made with other {made_with}; kept as {target.name}, redone")
 
-    with claimed(path, None if required is None else set_aside) as mine:
+    prepare = None if required is None else functools.partial(set_aside, required)
+    with claimed(path, prepare) as mine:
         if not mine:
             return False
         write_json(path, compute() | (required or {}))
