@@ -49,19 +49,24 @@ def judge(evaluation: Path) -> dict[str, Any]:
             missing.append(str(path))
     rows = {}
     for candidate in settings.SHIP_CANDIDATES:
-        per_cell = {}
+        per_cell, edges = {}, []
         for cell in cells:
             path = candidate_dir(evaluation, candidate) / cell
             if not path.is_file():
                 missing.append(str(path))
                 continue
+            result = common.load_json(path)
+            if result["selected"] in (0, len(result["sweep"]) - 1):
+                edges.append(cell.removesuffix(".json"))
             if cell in adamw:
-                per_cell[cell] = tuned_validation(common.load_json(path)) / adamw[cell]
+                per_cell[cell] = tuned_validation(result) / adamw[cell]
         ratios = list(per_cell.values())
         rows[candidate] = {
             "at_or_below": sum(r <= 1.0 for r in ratios),
             "geomean_ratio": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
             "ratios": per_cell,
+            # Reported, never deciding: cells whose chosen multiplier is an end of the grid.
+            "chosen_at_grid_edge": edges,
         }
     out: dict[str, Any] = {"cells": len(cells), "candidates": rows, "missing": missing}
     if missing:

@@ -35,6 +35,8 @@ def test_the_most_cells_at_or_below_adamw_on_validation_win(evaluation):
     assert decision["winner"] == "elo_celo2/s1"
     assert decision["candidates"]["elo_celo2/s1"]["at_or_below"] == 3
     assert decision["candidates"]["celo2_published"]["at_or_below"] == 2
+    # One-value sweeps: every choice is at an edge, and it is reported.
+    assert len(decision["candidates"]["elo_celo2/s1"]["chosen_at_grid_edge"]) == len(cells)
 
 
 def test_ties_go_to_the_lower_geometric_mean_then_the_earlier_candidate(evaluation):
