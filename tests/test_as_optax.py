@@ -153,6 +153,7 @@ def _updates_over(opt, steps, params, grads):
     return out
 
 
+@pytest.mark.slow
 def test_learning_rate_may_be_a_traced_scalar_or_a_schedule():
     """A float, the same value as a scalar array traced under `jax.jit`, and a constant
     schedule give the same updates bit for bit; a schedule of the step number scales step t
@@ -386,6 +387,7 @@ def _is_zero(tree):
     return all(not np.any(np.asarray(x)) for x in jax.tree.leaves(tree))
 
 
+@pytest.mark.slow
 def test_past_num_steps_the_default_warns_once_and_stops():
     lo, params, grads, at = _past_end_problem()
     assert float(lo.learning_rate(END - 1, END)) == 0.0  # the schedule's last step is 0
@@ -411,6 +413,7 @@ def test_past_num_steps_the_default_warns_once_and_stops():
     assert len(record) == 1
 
 
+@pytest.mark.slow
 def test_past_num_steps_stop_repeats_the_last_scheduled_update_silently():
     lo, params, grads, at = _past_end_problem()
     opt = as_optax(lo, num_steps=END, after_end="stop")

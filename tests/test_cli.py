@@ -87,6 +87,7 @@ def test_meta_train_writes_config_metrics_checkpoint_and_a_progress_bar(straight
     assert session["environment"]["device_count"] == jax.device_count()
 
 
+@pytest.mark.slow
 def test_the_progress_bar_names_the_phase_beside_alpha(straight, tmp_path, capsys):
     """ELO's tiny run goes from imitation through fused to alone; the bar shows each phase
     as it starts, and the run ends by naming the phase it reached. Without an expert (the
@@ -109,6 +110,7 @@ def test_the_progress_bar_names_the_phase_beside_alpha(straight, tmp_path, capsy
     assert set(re.findall(r"alpha=([\d.]+) (\w+)", pes)) == {("1.00", "alone")}
 
 
+@pytest.mark.slow
 def test_the_cli_validates_by_default_without_changing_the_run(straight, tmp_path, capsys):
     """Without --validate-every the command checks the learned optimizer alone (here, a run
     shorter than 250 outer steps, at step 0 and the last), shows the last and best scores on the
@@ -301,6 +303,7 @@ def test_evaluate_plot_and_export(straight, tmp_path, capsys):
 QUADRATIC_RUN = ["--task", "quadratic-d4", "--steps", "8", "--eval-every", "4"]
 
 
+@pytest.mark.slow
 def test_runs_worse_than_not_training_are_marked(tmp_path, capsys):
     # SGD (momentum 0.9) at rate 0.5 on quadratic-d4 (curvatures 1 to 10): along the sharpest
     # direction the iteration z^2 + 3.1 z + 0.9 has a root of modulus 2.78, so after 8 steps the
@@ -687,6 +690,7 @@ def test_set_parses_by_field_type():
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_sigkill_mid_run_then_resume_reproduces_the_straight_run(tmp_path):
     """A real process killed with SIGKILL at an arbitrary moment: the files stay consistent and
     rerunning the command finishes the run with exactly the uninterrupted run's result."""

@@ -101,6 +101,7 @@ def test_bad_baseline_flags_are_one_line(extra, message, capsys):
     assert err.startswith("elo: error: ") and err.count("\n") == 1 and message in err
 
 
+@pytest.mark.slow
 def test_every_hand_designed_target_can_be_compared(tmp_path):
     # One registry: Adam, a hand-designed TARGET, is tuned like the baselines.
     out = tmp_path / "adam.json"

@@ -18,6 +18,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_splits_the_cpu_into_the_requested_devices_and_particles_follow():
     result = _run(
         "import elo, jax, jax.random as jr\n"

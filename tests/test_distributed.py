@@ -100,6 +100,7 @@ def test_mesh_spreads_particles_evenly_over_processes(two_processes):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_init_has_meta_step_shardings_and_first_call_compiles_once():
     state = elo.init(tiny_config(num_devices=4), key=jr.key(INIT_KEY))
     after_one = elo.meta_step(state, step_key(0))
@@ -199,6 +200,7 @@ def test_watchdog_aborts_a_step_that_runs_too_long():
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_unreachable_coordinator_fails_within_the_initialisation_timeout():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -274,6 +276,7 @@ def _wait(procs, logs, start: float) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_two_processes_train_like_one_process_with_four_devices(tmp_path):
     start = time.monotonic()
     with _workers(tmp_path, "--steps", "5") as (procs, logs):
@@ -308,6 +311,7 @@ def test_two_processes_train_like_one_process_with_four_devices(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_hung_peer_ends_the_run_with_a_message_naming_it(tmp_path):
     start = time.monotonic()
     hang = ["--fail-process", "1", "--fail-step", "1", "--fail-mode", "hang"]
@@ -324,6 +328,7 @@ def test_a_hung_peer_ends_the_run_with_a_message_naming_it(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_crashed_peer_ends_the_run_within_the_heartbeat_timeout(tmp_path):
     start = time.monotonic()
     crash = ["--fail-process", "1", "--fail-step", "1", "--fail-mode", "crash"]

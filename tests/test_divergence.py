@@ -87,6 +87,7 @@ def test_initial_loss_is_the_mean_at_fresh_initialisations():
     assert initial_loss(task) == pytest.approx(expected, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_diverging_problems_are_ended_reset_counted_and_never_buffered():
     cfg = config(divergence_factor=4.0, divergence_patience=1)
     bound = 4.0 * initial_loss(ClimbingTask())

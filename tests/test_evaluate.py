@@ -28,6 +28,7 @@ def lo():
     return elo.SmallFC(key=jr.key(0))
 
 
+@pytest.mark.slow
 def test_learned_optimizer_run_matches_a_manual_loop(task, lo):
     """The scanned, chunked, vmapped program computes exactly the plain training loop.
 
@@ -65,6 +66,7 @@ def test_learned_optimizer_run_matches_a_manual_loop(task, lo):
     )
 
 
+@pytest.mark.slow
 def test_seeds_are_vmapped_and_independent(task):
     forward = evaluate("adamw", task, num_steps=7, seeds=[0, 1], eval_every=3)
     backward = evaluate("adamw", task, num_steps=7, seeds=[1, 0], eval_every=3)
@@ -77,6 +79,7 @@ def test_seeds_are_vmapped_and_independent(task):
     assert abs(float(forward.test_loss[0, 0]) - math.log(10)) < 0.3
 
 
+@pytest.mark.slow
 def test_summary_and_json_roundtrip(task):
     result = evaluate("sgd", task, num_steps=6, seeds=2, eval_every=3, learning_rate=0.5)
     # Seed s starts every optimizer from the same parameters.

@@ -27,6 +27,7 @@ def images_dict(n, shape, classes, *, dtype=np.uint8, seed=0, split=True):
     return ds.train_test_split(test_size=0.25, shuffle=False) if split else ds
 
 
+@pytest.mark.slow
 def test_any_classes_size_and_channels_with_a_validation_split_held_out():
     dd = images_dict(40, (5, 4, 2), classes=3)
     data = elo.tasks.image_dataset(dd, name="tiny")

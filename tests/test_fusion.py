@@ -108,6 +108,7 @@ def test_adamw_expert_moments_are_the_lo_accumulators():
         np.testing.assert_array_max_ulp(adam.nu[name], lo_state.rms[name][..., 0], maxulp=4)
 
 
+@pytest.mark.slow
 def test_jit_vmap_fused_step(vmap_setup):
     lo, expert, step, _ = vmap_setup
     batch = 2
@@ -200,6 +201,7 @@ def test_fused_step_losses_use_the_lo_description():
     assert float(l_mag) == pytest.approx(float(only_w[1]), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_muon_expert_routing():
     expert = muon_expert(learning_rate=0.1, b2=0.95)
     params = {"m": jnp.ones((4, 6)), "v": jnp.ones(6), "c": jnp.ones((2, 2, 3, 3))}

@@ -29,6 +29,7 @@ def _weights(lo):
     return jax.tree.leaves(eqx.filter(lo, eqx.is_inexact_array))
 
 
+@pytest.mark.slow
 def test_specialise_takes_the_class_and_hyperparameters_of_its_source():
     shipped = elo.pretrained(SHIPPED)
     for source in (f"pretrained:{SHIPPED}", SHIPPED, shipped):
@@ -67,6 +68,7 @@ def _other_schedule() -> elo.MetaConfig:
     return elo.presets.pes_small_fc(**TINY_FIELDS, optimizer_settings=settings)
 
 
+@pytest.mark.slow
 def test_weights_of_other_shapes_or_class_are_refused_even_when_told():
     narrow = elo.init(
         elo.presets.pes_small_fc(**TINY_FIELDS, optimizer_settings={"hidden_size": 8}),

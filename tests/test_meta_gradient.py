@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+import pytest
 
 import elo
 from elo.tasks import QuadraticTask
@@ -100,6 +101,7 @@ def assert_unbiased(estimates, truths):
     return projections
 
 
+@pytest.mark.slow
 def test_meta_gradient_is_unbiased_on_a_truncation_without_resets():
     estimates, truths = samples(horizon=50, truncation=5)
     # Every sample's deterministic unroll is the same (no noise, no reset in the truncation).
@@ -111,6 +113,7 @@ def test_meta_gradient_is_unbiased_on_a_truncation_without_resets():
     assert abs(2 * projections.mean() - 1.0) > half
 
 
+@pytest.mark.slow
 def test_meta_gradient_is_unbiased_with_a_fresh_restart_inside_the_truncation():
     """Horizons 4-7, truncation 8: each inner problem ends after step 4 to 7 and restarts fresh
     (a new initialisation drawn from the step's key) for the remaining steps up to 8, which are

@@ -50,6 +50,7 @@ def sharded_run():
     return run(small_elo_config(num_devices=4), 12)
 
 
+@pytest.mark.slow
 def test_second_and_later_calls_do_not_retrace(sharded_run):
     state, _ = sharded_run
     before = eqx.debug.get_num_traces(_compiled_meta_step)
@@ -73,6 +74,7 @@ def test_metrics_and_buffer_extend_horizons(sharded_run):
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in leaves)
 
 
+@pytest.mark.slow
 def test_sharded_and_single_device_agree(sharded_run):
     steps = 3
     sharded, _ = run(small_elo_config(num_devices=4), steps)
@@ -189,6 +191,7 @@ def test_custom_tasks_replace_the_config_names():
     assert state.config.tasks[0].startswith("diverging@")
 
 
+@pytest.mark.slow
 def test_cl_small_fc_alternates_cloning_and_learned_unrolls():
     """CL: particles on even unrolls clone the expert (alpha 0), odd ones run the learned
     optimizer (alpha 1); the metric alpha is the share of learned-optimizer unrolls."""
@@ -218,6 +221,7 @@ def _weights(state):
     return jax.device_get(eqx.filter(state.learned_optimizer, eqx.is_inexact_array))
 
 
+@pytest.mark.slow
 def test_imitation_credit_epsilon_changes_the_estimator_while_imitating(sharded_run):
     """Crediting imitation to epsilon alone is a different estimator while the imitation
     weights are not zero (the module's ELO config, whose meta-step is already compiled)."""

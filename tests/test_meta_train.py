@@ -18,6 +18,7 @@ def _steps(out) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "seconds"} for r in elo.read_metrics(out)]
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_bit_for_bit(tmp_path, monkeypatch):
     config = tiny_config(num_outer_steps=STEPS)
     straight = elo.meta_train(
@@ -50,6 +51,7 @@ def test_an_interrupted_run_resumes_bit_for_bit(tmp_path, monkeypatch):
     assert saved["seed"] == 1 and saved["config"] == config.to_dict()
 
 
+@pytest.mark.slow
 def test_a_second_run_on_the_same_directory_is_refused(tmp_path, monkeypatch):
     config = tiny_config(num_outer_steps=2)
     out = tmp_path / "shared"
@@ -69,15 +71,15 @@ def test_a_second_run_on_the_same_directory_is_refused(tmp_path, monkeypatch):
 
 
 def test_another_run_in_the_directory_is_refused_with_the_fix(tmp_path):
-    config = tiny_config(num_outer_steps=2)
+    config = tiny_config()  # test_cli.py's run: the fast lane compiles its step once
     out = tmp_path / "run"
-    elo.meta_train(config, out, seed=0, checkpoint_every=1, progress=False)
+    elo.meta_train(config, out, seed=0, checkpoint_every=4, progress=False)
     with pytest.raises(elo.RunDirError, match="cannot be extended.*init_from"):
         elo.meta_train(
-            config.replace(num_outer_steps=3), out, seed=0, checkpoint_every=1, progress=False
+            config.replace(num_outer_steps=9), out, seed=0, checkpoint_every=4, progress=False
         )
     with pytest.raises(elo.RunDirError, match="seed: 0 .run directory. vs 5"):
-        elo.meta_train(config, out, seed=5, checkpoint_every=1, progress=False)
+        elo.meta_train(config, out, seed=5, checkpoint_every=4, progress=False)
     assert issubclass(elo.RunDirError, ValueError)
 
 
@@ -94,6 +96,7 @@ def test_bad_arguments_are_refused_before_anything_is_written(tmp_path, kwargs, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_progress_shows_alpha_its_phase_and_validation_and_ends_with_a_summary(tmp_path, capsys):
     config = tiny_config(num_outer_steps=STEPS)
     out = tmp_path / "run"

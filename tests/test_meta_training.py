@@ -2,6 +2,7 @@
 
 import jax.random as jr
 import numpy as np
+import pytest
 
 import elo
 
@@ -32,6 +33,7 @@ def _per_run_meta_losses(preset, init_key: int, *, truncation: int, learning_rat
     return np.asarray(losses).reshape(-1, 4).mean(axis=1), losses
 
 
+@pytest.mark.slow
 def test_pes_small_fc_meta_training_lowers_the_meta_loss():
     """Every inner problem has the same horizon (40 = 4 truncations of 10) and all start
     together, so outer steps 4k..4k+3 cover one whole inner run and their mean meta-loss is
@@ -46,6 +48,7 @@ def test_pes_small_fc_meta_training_lowers_the_meta_loss():
     assert np.all(np.isfinite(losses))
 
 
+@pytest.mark.slow
 def test_pes_celo2_meta_training_repairs_an_initial_network_that_does_not_train():
     """Celo2's update is normalised (and orthogonalised), so only the pattern of its network's
     output counts: a random initial network points downhill or it does not. The one drawn from

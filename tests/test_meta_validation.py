@@ -22,6 +22,7 @@ def lo():
     return elo.SmallFC(key=jr.key(0))
 
 
+@pytest.mark.slow
 def test_validation_equals_the_plain_training_loop(task, lo):
     """Every run is the plain loop that draws its minibatch inside each step, scored on the
     validation split at the unscaled parameters; the compiled program agrees to float32

@@ -349,6 +349,7 @@ def _assert_small_fc_matches_reference_formulation(update_fn, lo, shapes, *, see
         np.testing.assert_allclose(updates[n], -1e-3 * step, rtol=1e-5, atol=1e-8, err_msg=n)
 
 
+@pytest.mark.slow
 def test_small_fc_fast_path_matches_reference_formulation(update_fn):
     # Large tensors take the blocked, factored implementation (a matrix, a conv kernel and a long
     # vector here); it must equal the plain "all 39 features, one matmul" formulation.
@@ -360,6 +361,7 @@ def test_small_fc_fast_path_matches_reference_formulation(update_fn):
     _assert_small_fc_matches_reference_formulation(update_fn, lo, shapes, seed=1)
 
 
+@pytest.mark.slow
 def test_small_fc_merged_small_tensors_match_reference_formulation(update_fn):
     # Small tensors share their MLP matmuls (concatenated along the element axis, grouped by
     # first-layer rows); each must still get the plain per-tensor formulation's update.
@@ -469,6 +471,7 @@ def test_clear_errors(lo):
         lo.update(wrong, state, wrong)
 
 
+@pytest.mark.slow
 @settings(deadline=None, max_examples=60)
 @given(
     shape=st.lists(st.integers(1, 5), min_size=1, max_size=4),

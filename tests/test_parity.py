@@ -219,7 +219,17 @@ def test_parity_cases_found():
     assert CASES, f"no parity cases in {PARITY_DIR}"
 
 
-@pytest.mark.parametrize("stem", CASES)
+FAST_CASES = frozenset(
+    {"ns5", "smallfc_features", "celo2_features"}
+    | {f"smallfc_adamw_w{w}" for w in ("0.0", "0.5", "1.0")}
+)
+"""The fast lane's cases (Newton-Schulz, both architectures' features, one fused pair, whose
+three weights share one compiled step); full trajectories and the other fused pairs are slow."""
+
+
+@pytest.mark.parametrize(
+    "stem", [pytest.param(s, marks=() if s in FAST_CASES else pytest.mark.slow) for s in CASES]
+)
 def test_parity(stem):
     z, meta = _load(stem)
     check = Checker(z, meta)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+import pytest
 from hypothesis import given, settings
 
 import elo
@@ -181,6 +182,7 @@ def assert_unbiased(samples, truth):
 NO_RESUME = {"snapshot_after": -1, "resume_in": -1}
 
 
+@pytest.mark.slow
 @settings(deadline=None, max_examples=4)
 @given(seed=st.integers(0, 2**16), theta_seed=st.integers(0, 2**16))
 def test_unbiased_over_consecutive_truncations(seed, theta_seed):
@@ -192,6 +194,7 @@ def test_unbiased_over_consecutive_truncations(seed, theta_seed):
     assert_unbiased(samples, truth)
 
 
+@pytest.mark.slow
 @settings(deadline=None, max_examples=4)
 @given(seed=st.integers(0, 2**16), horizon=st.integers(6, 9))
 def test_unbiased_with_resets_inside_truncations(seed, horizon):
@@ -206,6 +209,7 @@ def test_unbiased_with_resets_inside_truncations(seed, horizon):
 RESUME = {"snapshot_after": 1, "resume_in": 3}
 
 
+@pytest.mark.slow
 @settings(deadline=None, max_examples=4)
 @given(seed=st.integers(0, 2**16))
 def test_unbiased_when_resumed_with_stored_xi(seed):
@@ -217,6 +221,7 @@ def test_unbiased_when_resumed_with_stored_xi(seed):
     assert_unbiased(samples, truth)
 
 
+@pytest.mark.slow
 @settings(deadline=None, max_examples=4)
 @given(seed=st.integers(0, 2**16))
 def test_unbiased_with_a_decayed_schedule_and_a_resume(seed):
@@ -233,6 +238,7 @@ def test_unbiased_with_a_decayed_schedule_and_a_resume(seed):
     assert_unbiased(samples, truth)
 
 
+@pytest.mark.slow
 def test_resume_without_stored_xi_is_biased():
     """The reference's reset of xi to eps on resume drops the gradient through the resumed
     state; with a long-memory system the resumed truncation's estimate is far off."""

@@ -36,6 +36,7 @@ def test_an_empty_name_lists_the_shipped_ones(name):
         elo.pretrained(name)
 
 
+@pytest.mark.slow
 def test_the_shipped_optimizer_trains_a_held_out_task():
     """Better than the untrained learned optimizer on a task it never saw (Fashion-MNIST)."""
     task = "mlp-w32-d1_fashionmnist-8x8x1"

@@ -67,6 +67,7 @@ def _torch_linear(x, weight, bias):
     return x @ weight.T + bias
 
 
+@pytest.mark.slow
 def test_pylo_small_fc_layout_reproduces_the_network(tmp_path):
     lo = _perturbed(elo.SmallFC(key=jr.key(3)))
     path = export_pylo(tmp_path / "exported", lo)
@@ -119,6 +120,7 @@ def test_pylo_small_fc_layout_reproduces_the_network(tmp_path):
 _CELO2_GROUPS = (1, 1, 1, 3, 1, 3, 1, 3, 1, 3, 3, 3, 3, 3)
 
 
+@pytest.mark.slow
 def test_pylo_celo2_layout_reproduces_the_network(tmp_path):
     lo = _perturbed(elo.Celo2(key=jr.key(0), adam_lr_mult=5.0, peak_lr=3e-4, end_lr=3e-5))
     path = export_pylo(tmp_path / "celo2.safetensors", lo)
@@ -280,6 +282,7 @@ def _write_like_pylo(directory, lo):
     (directory / "config.json").write_text(json.dumps(config))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "lo, pylo_defaults, elo_defaults",
     [

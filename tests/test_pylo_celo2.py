@@ -52,7 +52,11 @@ def _trajectory(lo, record, arrays):
     return out
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize(
+    "case",
+    # PyLO's defaults in the fast lane; its other settings are slow.
+    [pytest.param(c, marks=() if c == "pylo_celo2_defaults" else pytest.mark.slow) for c in CASES],
+)
 def test_elo_celo2_equals_pylos_celo2_naive(case):
     """Six steps of `import_pylo(celo2_weights.pt, optimizer_config=<the case's Celo2_naive
     keywords>)` through `as_optax` reproduce PyLO's parameters after every step: matrices (the
@@ -76,6 +80,7 @@ def test_elo_celo2_equals_pylos_celo2_naive(case):
             )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "change",
     [{"decay_after_step": False}, {"grad_clip_value": None}, {"adam_for_input_output": False}],

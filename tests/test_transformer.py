@@ -124,6 +124,7 @@ def test_parameters_loss_and_batches():
     assert np.isfinite(float(eqx.filter_jit(test_task.eval_loss)(params, jr.key(4))))
 
 
+@pytest.mark.slow
 def test_the_model_is_causal():
     task = tasks.TextTransformerTask(_tiny_dataset(), width=16, depth=2, heads=4, context=12)
     model = task.model(task.init(jr.key(0)))
@@ -134,6 +135,7 @@ def test_the_model_is_causal():
     assert not np.allclose(a[8:], b[8:])
 
 
+@pytest.mark.slow
 def test_evaluate_walks_the_whole_split():
     task = tasks.TextTransformerTask(_tiny_dataset(), width=8, depth=1, heads=2, context=9)
     params = task.init(jr.key(0))

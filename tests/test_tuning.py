@@ -53,6 +53,7 @@ def _disagreeing_task() -> elo.tasks.ImageMLPTask:
     return elo.tasks.ImageMLPTask(data, width=8, depth=1, batch_size=16)
 
 
+@pytest.mark.slow
 def test_the_sweep_chooses_on_the_validation_split():
     task = _disagreeing_task()
     tuned = elo.tune("adamw", task, num_steps=20, values=[1e-5, 3e-2], eval_every=10)
@@ -219,6 +220,7 @@ def test_tune_many_refuses_optimizers_of_different_architectures(lo):
 HALF_DECADE = 10**0.5
 
 
+@pytest.mark.slow
 def test_a_grid_below_the_best_rate_is_extended_until_the_choice_is_interior():
     tuned = elo.tune(
         "adamw",
@@ -258,6 +260,7 @@ def test_a_choice_still_at_an_end_after_the_last_extension_is_marked():
         np.testing.assert_array_equal(extended.validation_loss, original.validation_loss)
 
 
+@pytest.mark.slow
 def test_diverged_values_do_not_stop_the_extension_below_the_grid():
     # SGD on QUADRATIC (measured): 1 and 10^0.5 diverge, then 10^-0.5: 5.0, 1e-1: 2.18,
     # 10^-1.5: 4.47. With every value diverged the choice is the lowest, so the grid grows
@@ -276,6 +279,7 @@ def test_a_one_value_grid_has_no_edge():
     assert tuned.at_edge is None and tuned.extended == (False,)
 
 
+@pytest.mark.slow
 def test_extensions_reuse_one_compiled_program(monkeypatch):
     traced = []
     run = elo._evaluation._evaluate.training_run
@@ -344,6 +348,7 @@ def test_tune_many_extends_each_optimizers_grid_as_tune_does():
             )
 
 
+@pytest.mark.slow
 def test_one_registry_of_baselines_serves_evaluate_and_tune():
     assert set(elo.BASELINES) == {"adamw", "adam", "sgd", "muon"}
     # SGD is SGD with momentum 0.9 everywhere, whether its rate is constant or scheduled.
