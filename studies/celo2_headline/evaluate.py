@@ -58,8 +58,6 @@ and made again (the report leaves it out). Reported beside the verdicts, never i
 
 import argparse
 import contextlib
-import hashlib
-import importlib.resources
 import math
 import time
 from collections.abc import Sequence
@@ -75,6 +73,7 @@ from studies import common
 from studies.celo2_headline import horizon_report, settings, shipped_report, tasks
 from studies.harness import cells as cells_cache
 from studies.harness.cells import set_aside_stale as set_aside_stale, stale_tag as stale_tag
+from studies.harness.provenance import installed_weights_sha256
 
 
 HERE = Path(__file__).parent
@@ -483,13 +482,10 @@ def run_added(out: Path, results: Path, stack: int = 0) -> None:
 def installed_weights_digest(name: str) -> str:
     """The SHA-256 of the weights `elo.pretrained(name)` loads (the installed package's file),
     which must be the file the report reads (`shipped_report.weights_digest`, the source tree's)."""
-    installed = importlib.resources.files("elo") / "pretrained" / f"{name}.eqx"
-    if not installed.is_file():
-        raise SystemExit(f"elo ships no {name}.eqx ({installed}): reinstall elo.")
-    digest = hashlib.sha256(installed.read_bytes()).hexdigest()
+    digest = installed_weights_sha256(name)
     if digest != shipped_report.weights_digest(name):
         raise SystemExit(
-            f"the installed elo's {name}.eqx ({installed}) is not this source tree's "
+            f"the installed elo's {name}.eqx is not this source tree's "
             f"({shipped_report.PRETRAINED}): install this tree (pip install -e .) and rerun."
         )
     return digest

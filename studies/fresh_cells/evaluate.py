@@ -14,8 +14,6 @@ shipping it is a reviewed commit made before the first fresh result (rule.md §3
 """
 
 import argparse
-import hashlib
-import importlib.resources
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +25,7 @@ import elo
 from studies import common
 from studies.fresh_cells import settings, tasks
 from studies.harness import cells
+from studies.harness.provenance import installed_weights_sha256
 
 
 HERE = Path(__file__).parent
@@ -66,14 +65,6 @@ def parse_cells(spec: str | None) -> list[tuple[str, int]]:
     if bad:
         raise SystemExit(f"--cell {bad[0]}: the cells are numbered 1 to {len(settings.CELLS)}.")
     return [settings.CELLS[n - 1] for n in dict.fromkeys(numbers)]
-
-
-def weights_sha256(name: str) -> str:
-    """The sha256 of a shipped optimizer's installed weights file."""
-    # Not `files("elo.pretrained")`: that imports the weights folder as a module, which then
-    # replaces the function `elo.pretrained` on the package.
-    path = importlib.resources.files("elo") / "pretrained" / f"{name}.eqx"
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def learned_optimizer(name: str) -> elo.AbstractLearnedOptimizer:
@@ -147,7 +138,7 @@ def evaluate_cell(results: Path, optimizer: str, task_name: str, horizon: int) -
         started = time.perf_counter()
         if optimizer in settings.LEARNED:
             subject: Any = learned_optimizer(optimizer)
-            extra = {"weights_sha256": weights_sha256(optimizer)}
+            extra = {"weights_sha256": installed_weights_sha256(optimizer)}
         else:
             subject, extra = optimizer, {"weight_decay": settings.WEIGHT_DECAY[optimizer]}
         tuned = elo.tune(subject, get_task(task_name), name=optimizer, **tuning(optimizer, horizon))
@@ -173,9 +164,9 @@ def optimizers(names: Sequence[str] | None) -> list[str]:
             "candidate has its headline results, and ship its winner as `celo2` in a reviewed "
             "commit (rule.md §3) before any fresh result."
         )
-    if {"celo2", "celo2_published"} <= set(chosen) and weights_sha256("celo2") == weights_sha256(
-        "celo2_published"
-    ):
+    if {"celo2", "celo2_published"} <= set(chosen) and installed_weights_sha256(
+        "celo2"
+    ) == installed_weights_sha256("celo2_published"):
         log("celo2 is the published Celo2 (the ship rule's winner): evaluated once, as celo2")
         chosen.remove("celo2_published")
     return chosen

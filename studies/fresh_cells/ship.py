@@ -26,7 +26,8 @@ from studies.celo2_headline import (
     ship as headline_ship,
     ship_training,
 )
-from studies.fresh_cells import evaluate, settings, ship_rule
+from studies.fresh_cells import settings, ship_rule
+from studies.harness.provenance import installed_weights_sha256
 from studies.harness.ship import study_output
 
 
@@ -91,7 +92,7 @@ def made_as_judged(winner: str, evaluation: Path) -> None:
         path = ship_rule.candidate_dir(evaluation, winner) / f"{task}@{horizon}.json"
         result = common.load_json(path)
         if winner == PUBLISHED:
-            made_with, shipped = result.get("weights_sha256"), evaluate.weights_sha256(PUBLISHED)
+            made_with, shipped = result.get("weights_sha256"), installed_weights_sha256(PUBLISHED)
         else:
             made_with, shipped = result.get("lo_schedule"), SCHEDULE
         if made_with != shipped:

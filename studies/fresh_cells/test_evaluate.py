@@ -68,6 +68,6 @@ def test_a_cell_is_tuned_once_into_its_result(tmp_path, monkeypatch):
 def test_the_weights_digest_leaves_elo_pretrained_callable():
     """Reading the installed weights must not import `elo/pretrained/` as a module, which would
     replace the function `elo.pretrained` on the package (and stop every learned optimizer)."""
-    digest = evaluate.weights_sha256("small_fc_mnist8")
+    digest = evaluate.installed_weights_sha256("small_fc_mnist8")
     assert len(digest) == 64 and callable(elo.pretrained)
     assert isinstance(elo.pretrained("small_fc_mnist8"), elo.AbstractLearnedOptimizer)

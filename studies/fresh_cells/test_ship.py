@@ -13,7 +13,8 @@ import pytest
 import elo
 from studies import common
 from studies.celo2_headline import settings as headline, ship as headline_ship
-from studies.fresh_cells import evaluate, settings, ship, ship_rule
+from studies.fresh_cells import settings, ship, ship_rule
+from studies.harness.provenance import installed_weights_sha256
 
 
 CELLS = [f"{t}@{h}" for t, h in headline.cells()]
@@ -39,7 +40,7 @@ def tree(tmp_path):
             path = ship_rule.candidate_dir(evaluation, candidate) / f"{cell}.json"
             made_with = {"lo_schedule": dict(settings.LEARNED_SCHEDULES["Celo2"])}
             if candidate == "celo2_published":
-                made_with = {"weights_sha256": evaluate.weights_sha256("celo2_published")}
+                made_with = {"weights_sha256": installed_weights_sha256("celo2_published")}
             validation = 0.9 if candidate == "pes_celo2/s1" else 1.1
             common.write_json(path, _result(validation, 1.8, 2.0, **made_with))
     results = tmp_path / "headline"
@@ -103,7 +104,7 @@ def test_the_published_celo2_ships_as_the_package_holds_it(tree):
     root, evaluation, results = tree
     for cell in CELLS:
         path = ship_rule.candidate_dir(evaluation, "celo2_published") / f"{cell}.json"
-        digest = {"weights_sha256": evaluate.weights_sha256("celo2_published")}
+        digest = {"weights_sha256": installed_weights_sha256("celo2_published")}
         common.write_json(path, _result(0.5, 1.0, 1.0, **digest))
     decision = ship_rule.judge(evaluation) | {"environment": {"commit": "def5678"}}
     common.write_json(root / "ship_rule.json", decision)
