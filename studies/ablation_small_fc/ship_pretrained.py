@@ -7,7 +7,7 @@ command and commit that produced it, its configuration and budget, the selection
 scores of every candidate, the state of the study at selection time, and its held-out evaluation
 table.
 
-    python -m studies.ablation_small_fc.ship_pretrained     # into results/shipped/
+    python -m studies.ablation_small_fc ship     # into results/shipped/
 
 The study never writes into the package (`--out-dir` refuses it): shipping is a reviewed
 `cp results/shipped/<name>.{eqx,json} elo/pretrained/` (studies/README.md).

@@ -27,9 +27,9 @@ evaluations). Rerunning continues where the last call stopped. A progress line p
 standard output. Two drivers started side by side share the queue (a lock per job), which
 keeps both cores of a 2-core machine busy.
 
-    python -m studies.ablation_small_fc.study               # run (or continue) the whole study
-    python -m studies.ablation_small_fc.study --only pes,elo --seeds 2 --meta-steps 300  # smaller
-    python -m studies.ablation_small_fc.study --report      # tables and figures from the results
+    python -m studies.ablation_small_fc run               # run (or continue) the whole study
+    python -m studies.ablation_small_fc run --only pes,elo --seeds 2 --meta-steps 300  # smaller
+    python -m studies.ablation_small_fc run --report      # tables and figures from the results
 
 The study never runs in CI (hours of CPU); its report's statistics are tested in test_report.py.
 """

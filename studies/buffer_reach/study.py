@@ -5,7 +5,7 @@ effect shows within the budget) and the same run with the buffer switched off, a
 outer step the largest inner step any inner problem reached, the resets, and the share of resets
 that resumed from the buffer.
 
-Run: `python -m studies.buffer_reach.study [--steps 150] [--max-horizon 200]`; writes
+Run: `python -m studies.buffer_reach run [--steps 150] [--max-horizon 200]`; writes
 `studies/buffer_reach/results/buffer_reach.json`. Nothing is asserted.
 """
 

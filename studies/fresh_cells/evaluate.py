@@ -1,8 +1,8 @@
 """The fresh cells' evaluation (`rule.md` §1, §2, §4): every optimizer tuned on every fresh cell.
 
-    python -m studies.fresh_cells.evaluate               # every cell, in rule.md's order
-    python -m studies.fresh_cells.evaluate --cell 1-3    # cells 1 to 3 of rule.md's table
-    python -m studies.fresh_cells.evaluate --optimizer adamw --optimizer celo2
+    python -m studies.fresh_cells evaluate               # every cell, in rule.md's order
+    python -m studies.fresh_cells evaluate --cell 1-3    # cells 1 to 3 of rule.md's table
+    python -m studies.fresh_cells evaluate --optimizer adamw --optimizer celo2
 
 One result file per (optimizer, cell): `results/<optimizer>/<task>@<horizon>.json`, written
 atomically and never made twice (`studies.harness.cells.cached`: a lock per file lets two
@@ -160,7 +160,7 @@ def optimizers(names: Sequence[str] | None) -> list[str]:
         )
     if "celo2" in chosen and "celo2" not in elo.available_pretrained():
         raise SystemExit(
-            "`celo2` is not shipped yet: run `python -m studies.fresh_cells.ship_rule` once every "
+            "`celo2` is not shipped yet: run `python -m studies.fresh_cells ship-rule` once every "
             "candidate has its headline results, and ship its winner as `celo2` in a reviewed "
             "commit (rule.md §3) before any fresh result."
         )

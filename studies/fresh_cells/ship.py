@@ -1,7 +1,7 @@
 """Ship rule v2's winner as `celo2` (`rule.md` §3): its weights with protocol v2's warm-up +
 cosine step, and a record of what it is and why it ships.
 
-    python -m studies.fresh_cells.ship        # reads results/ship_rule.json
+    python -m studies.fresh_cells ship        # reads results/ship_rule.json
                                               # writes results/shipped/celo2.{eqx,json}
 
 The winner is a headline Celo2 main run's selected checkpoint (`<arm>/s<seed>`) or the published
@@ -152,7 +152,7 @@ def ship(decision_path: Path, evaluation: Path, headline_results: Path, out: Pat
     if winner is None:
         raise SystemExit(
             f"{decision_path} names no winner (results missing): run "
-            "`python -m studies.fresh_cells.ship_rule` once every candidate has its 14 cells."
+            "`python -m studies.fresh_cells ship-rule` once every candidate has its 14 cells."
         )
     made_as_judged(winner, evaluation)
     lo, source = winner_source(winner, headline_results)

@@ -1,6 +1,6 @@
 """Ship rule v2 (`rule.md`, §3): which Celo2 candidate `elo` ships as `celo2`, on validation only.
 
-    python -m studies.fresh_cells.ship_rule            # writes results/ship_rule.json, prints
+    python -m studies.fresh_cells ship-rule            # writes results/ship_rule.json, prints
 
 Reads the headline study's tuned results with the warm-up + cosine step (the six Celo2 main
 runs' selected checkpoints under `evaluation/decayed/`, the published Celo2, which ships with

@@ -9,7 +9,7 @@ time of each `elo.evaluate` call (compilation included) and its losses. The loss
 `studies/language_model/results/timing.json` (or `--out`), with the per-step minibatch losses
 kept at every 100th step. Never asserts anything about speed.
 
-    python -m studies.language_model.timing [--steps 10000] [--seeds 1] [--lr 1e-3] [--out PATH]
+    python -m studies.language_model timing [--steps 10000] [--seeds 1] [--lr 1e-3] [--out PATH]
 """
 
 import argparse
