@@ -44,6 +44,7 @@ def test_baselines_table_json_and_plot(tmp_path, capsys):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
+@pytest.mark.slow
 def test_choices_at_an_end_of_the_grid_are_extended_or_marked(tmp_path, capsys):
     # On quadratic-d4 over 8 steps, AdamW's grid [1e-4, 1e-1] is chosen at 1e-1 and SGD's
     # [1e-3, 1] at 1e-3 (1 diverges); the next values past those ends, 1e2 and 1e-6, lose.
