@@ -225,3 +225,45 @@ def test_the_front_pages_numbers_are_the_generated_ones():
         ("results/index.md", "results_index.md"),
     ):
         assert f'--8<-- "docs/generated/{snippet}"' in (ROOT / "docs" / page).read_text()
+
+
+def _elo_commands(markdown: str) -> list[tuple[int, str]]:
+    """Each `elo ...` command of the fenced shell blocks of a Markdown text, with its line (a
+    command continued with a trailing backslash is one command; a trailing comment is dropped)."""
+    lines = markdown.splitlines()
+    commands, in_shell, i = [], False, 0
+    while i < len(lines):
+        opening = _FENCE.match(lines[i])
+        if opening is not None:
+            in_shell = not in_shell and opening["info"].strip() in ("bash", "sh", "shell")
+            i += 1
+            continue
+        if in_shell and lines[i].lstrip().startswith("elo "):
+            start, text = i + 1, lines[i].strip()
+            while text.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                text = text[:-1] + " " + lines[i].strip()
+            commands.append((start, text.split(" #")[0].strip()))
+        i += 1
+    return commands
+
+
+_COMMANDS = [
+    pytest.param(command, id=f"{page.relative_to(ROOT)}:{line}")
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for line, command in _elo_commands(page.read_text())
+]
+
+
+@pytest.mark.parametrize("command", _COMMANDS)
+def test_the_pages_elo_commands_are_accepted(command):
+    """Every `elo` command the pages show parses, and an `elo evaluate` passes the option checks
+    that need no target or task (a how-to once combined `--sweep` without `--baselines`)."""
+    import shlex
+
+    from elo.cli import build_parser
+    from elo.cli._evaluate import check_options
+
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    if args.command == "evaluate":
+        check_options(args)

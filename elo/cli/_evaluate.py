@@ -250,6 +250,20 @@ def _finite(x: float) -> float | None:
     return x if x == x and abs(x) != float("inf") else None
 
 
+
+def check_options(args: argparse.Namespace) -> None:
+    """Refuse option values and combinations that are wrong whatever the target and task (a
+    `CLIError` naming the option and the fix); nothing is loaded or run."""
+    if args.steps < 1:
+        raise CLIError(f"--steps must be a positive integer, got {args.steps}.")
+    if args.seeds < 1:
+        raise CLIError(f"--seeds must be a positive integer, got {args.seeds}.")
+    if args.baselines is None and args.sweep is not None:
+        raise CLIError("--sweep applies with --baselines; use --lr-sweep to tune TARGET alone.")
+    if args.baselines is None and args.extend_edges is not None:
+        raise CLIError("--extend-edges applies with --baselines.")
+
+
 def run(args: argparse.Namespace) -> int:
     if isinstance(args.task, str) and is_factory(args.task):
         tasks = load_factory_tasks(args.task)
@@ -267,14 +281,7 @@ def run(args: argparse.Namespace) -> int:
         for task in tasks:
             run(argparse.Namespace(**{**vars(args), "task": task}))
         return 0
-    if args.steps < 1:
-        raise CLIError(f"--steps must be a positive integer, got {args.steps}.")
-    if args.seeds < 1:
-        raise CLIError(f"--seeds must be a positive integer, got {args.seeds}.")
-    if args.baselines is None and args.sweep is not None:
-        raise CLIError("--sweep applies with --baselines; use --lr-sweep to tune TARGET alone.")
-    if args.baselines is None and args.extend_edges is not None:
-        raise CLIError("--extend-edges applies with --baselines.")
+    check_options(args)
     optimizer, label, run_dir = _resolve_target(args.target)
     if args.baselines is not None:
         return _run_comparison(args, optimizer, label, run_dir)
