@@ -250,7 +250,6 @@ def _finite(x: float) -> float | None:
     return x if x == x and abs(x) != float("inf") else None
 
 
-
 def check_options(args: argparse.Namespace) -> None:
     """Refuse option values and combinations that are wrong whatever the target and task (a
     `CLIError` naming the option and the fix); nothing is loaded or run."""
