@@ -410,6 +410,14 @@ def test_a_bad_validate_every_is_refused(tmp_path, capsys, value):
     assert "--validate-every must be 'auto', 0 or positive" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "x", "", "1,,10", "nan"])
+def test_bad_validate_scales_are_refused(tmp_path, capsys, value):
+    argv = ["meta-train", "--preset", "pes_small_fc_cpu", "--steps", "1", "--out", str(tmp_path)]
+    assert main([*argv, "--validate-scales", value]) == 2
+    assert "--validate-scales takes positive numbers" in capsys.readouterr().err
+    assert not (tmp_path / "config.json").exists()
+
+
 # ------------------------------------------------------------------------------------------------
 # presets
 

@@ -734,18 +734,19 @@ def test_sigkill_mid_run_then_resume_reproduces_the_straight_run(tmp_path):
 
 @pytest.mark.slow
 def test_validation_on_several_tasks_scores_their_mean_and_keeps_the_best(tmp_path):
-    """--validate-task A,B: each check trains the learned optimizer alone on both tasks; the
-    score is the mean of the two tasks' scores, each kept in the record, and the best-scoring
-    optimizer so far is in best_optimizer.eqx."""
+    """--validate-task A,B: each check trains the learned optimizer alone on both tasks (at the
+    one scale --validate-scales gives); the score is the mean of the two tasks' scores, each
+    kept in the record, and the best-scoring optimizer so far is in best_optimizer.eqx."""
     out = tmp_path / "run"
     tasks = ["mlp-w32-d1_mnist-8x8x1", "mlp-w32-d1_fashionmnist-8x8x1"]
     argv = ["meta-train", *TINY, "--steps", "4", "--out", str(out), "--no-progress"]
     argv += ["--validate-every", "2", "--validate-steps", "3", "--validate-task", ",".join(tasks)]
-    assert main(argv) == 0
+    assert main([*argv, "--validate-scales", "1"]) == 0
     checks = [r for r in _records(out) if "validation" in r]
     assert [r["step"] for r in checks] == [0, 2, 4]
     for record in checks:
         validation = record["validation"]
+        assert validation["scales"] == [1.0]
         assert [t["task"] for t in validation["per_task"]] == tasks
         scores = [t["score"] for t in validation["per_task"]]
         assert validation["score"] == pytest.approx(sum(scores) / 2, rel=1e-12)
@@ -753,7 +754,7 @@ def test_validation_on_several_tasks_scores_their_mean_and_keeps_the_best(tmp_pa
     best = min(checks, key=lambda r: r["validation"]["score"])
     assert best["best"] and (out / "best_optimizer.eqx").is_file()
     best_lo = load_optimizer(out / "best_optimizer.eqx")
-    again = elo.validate(best_lo, tasks[0], num_steps=3)
+    again = elo.validate(best_lo, tasks[0], num_steps=3, scales=(1.0,))
     assert again.score == pytest.approx(best["validation"]["per_task"][0]["score"], rel=1e-6)
 
 

@@ -1,6 +1,7 @@
 """`elo.meta_train`: the resumable run as a Python function (the CLI's tests cover the rest)."""
 
 import json
+import math
 
 import jax
 import pytest
@@ -145,6 +146,25 @@ def test_validation_settings_check_their_numbers():
     with pytest.raises(ValueError, match="every = 0 is invalid"):
         elo.ValidationSettings(0)
     assert elo.ValidationSettings(5).num_steps == 2000
+    assert elo.ValidationSettings(5).scales == (0.1, 1.0, 10.0)
+    for scales in ((), (0.0,), (1.0, -1.0), (math.inf,)):
+        with pytest.raises(ValueError, match="scales = .* is invalid"):
+            elo.ValidationSettings(5, scales=scales)
+    assert elo.ValidationSettings(5, scales=[2.0]).scales == (2.0,)
+
+
+def test_a_check_trains_at_the_settings_scales_and_records_them(tmp_path):
+    from elo._run._validator import Validator
+
+    state = elo.init(tiny_config(tasks=("quadratic-d4",)), key=jax.random.key(0))
+    tasks = (elo.tasks.get_task("quadratic-d4"), elo.tasks.get_task("quadratic-d4"))
+    settings = elo.ValidationSettings(1, num_steps=3, tasks=tasks, scales=(1.0,))
+    Validator(tmp_path, settings)(state, 0)
+    (record,) = elo.read_validation(tmp_path / "metrics.jsonl")
+    assert record["validation"]["scales"] == [1.0]
+    assert all(
+        len(t["losses"]) == 1 and t["scales"] == [1.0] for t in record["validation"]["per_task"]
+    )
 
 
 def test_the_environment_has_one_vocabulary():

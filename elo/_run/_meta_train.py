@@ -153,7 +153,9 @@ def meta_train(
         config = config_with_tasks(config, tasks)
     if validation is not None:
         chosen = validation_tasks(validation, config, tasks)
-        validation = ValidationSettings(validation.every, validation.num_steps, chosen)
+        validation = ValidationSettings(
+            validation.every, validation.num_steps, chosen, validation.scales
+        )
     if not isinstance(init_weights_only, bool):
         raise ValueError(f"init_weights_only = {init_weights_only!r} is invalid: True or False.")
     if init_weights_only and init_from is None:

@@ -10,7 +10,7 @@ from typing import Any
 import equinox as eqx
 
 from .._config import MetaConfig
-from .._evaluation._meta_validation import validate
+from .._evaluation._meta_validation import DEFAULT_SCALES, validate
 from .._files._optimizer_file import save_optimizer
 from .._files._run_dir import BEST_OPTIMIZER, METRICS_FILE
 from .._outer._state import MetaState
@@ -18,11 +18,15 @@ from ..tasks import AbstractTask, get_task
 from ._metrics_file import read_validation
 
 
+def _scales(value: Sequence[float]) -> tuple[float, ...]:
+    return tuple(float(s) for s in value)
+
+
 class ValidationSettings(eqx.Module):
     """How [`elo.meta_train`][] scores the learned optimizer alone while it meta-trains.
 
     Every `every` outer steps (and at step 0 and the last step) the learned optimizer trains
-    each task on its own for `num_steps` steps, at parameter scales 0.1, 1 and 10, and is scored
+    each task on its own for `num_steps` steps, at each parameter scale of `scales`, and is scored
     on the task's validation split (never a test set; see [`elo.validate`][]). The record goes
     to `metrics.jsonl` (a line with a `"validation"` key) and the best-scoring optimizer so far
     to `best_optimizer.eqx`.
@@ -33,17 +37,25 @@ class ValidationSettings(eqx.Module):
     - `num_steps`: training steps of each check.
     - `tasks`: the validation tasks; with several, the score is the mean of theirs. Empty: the
       first meta-training task.
+    - `scales`: the parameter scales of each check (default 0.1, 1 and 10, as meta-training
+      augments; `(1.0,)` scores the optimizer as users run it, at a third of the cost).
     """
 
     every: int = eqx.field(static=True)
     num_steps: int = eqx.field(default=2000, static=True)
     tasks: tuple[AbstractTask, ...] = ()
+    scales: tuple[float, ...] = eqx.field(default=DEFAULT_SCALES, static=True, converter=_scales)
 
     def __check_init__(self):
         for name in ("every", "num_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} = {value!r} is invalid: it must be a positive integer.")
+        if not self.scales or not all(math.isfinite(s) and s > 0 for s in self.scales):
+            raise ValueError(
+                f"scales = {self.scales!r} is invalid: it must be a non-empty sequence of "
+                "positive numbers, e.g. (1.0,)."
+            )
 
 
 def validation_tasks(
@@ -70,7 +82,7 @@ class Validator:
         if not settings.tasks:
             raise ValueError("Validator needs its tasks (see `validation_tasks`).")
         self.out, self.every, self.num_steps = out, settings.every, settings.num_steps
-        self.tasks = settings.tasks
+        self.tasks, self.scales = settings.tasks, settings.scales
         scores = [r["validation"]["score"] for r in read_validation(out / METRICS_FILE)]
         self.best = min(scores) if scores else math.inf
         self.last: float | None = scores[-1] if scores else None
@@ -86,7 +98,9 @@ class Validator:
     def __call__(self, state: MetaState, step: int, metrics_file: Any = None) -> float:
         started = time.perf_counter()
         results = [
-            validate(state.learned_optimizer, task, num_steps=self.num_steps).to_dict()
+            validate(
+                state.learned_optimizer, task, num_steps=self.num_steps, scales=self.scales
+            ).to_dict()
             for task in self.tasks
         ]
         if len(results) == 1:
@@ -95,6 +109,7 @@ class Validator:
             validation = {
                 "task": ",".join(r["task"] for r in results),
                 "num_steps": self.num_steps,
+                "scales": list(self.scales),
                 "score": float(sum(r["score"] for r in results) / len(results)),
                 "per_task": results,
             }

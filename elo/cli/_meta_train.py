@@ -161,6 +161,13 @@ def add_parser(subparsers: Any) -> None:
         help="training steps of each validation run (2000)",
     )
     parser.add_argument(
+        "--validate-scales",
+        default="0.1,1,10",
+        metavar="S[,S...]",
+        help="the parameter scales of each validation check, comma-separated (0.1,1,10: as "
+        "meta-training augments; 1: the optimizer as users run it, at a third of the cost)",
+    )
+    parser.add_argument(
         "--validate-task",
         metavar="TASK[,TASK...]",
         help="the validation task, a name or package.module:factory (default: the first "
@@ -285,6 +292,7 @@ def validation_settings(
             "--validate-every does not combine with --distributed; validate the run's "
             "checkpoints afterwards with elo.validate."
         )
+    scales = validate_scales(args.validate_scales)
     specs = [t for t in (args.validate_task or "").split(",") if t]
     if args.validate_task is not None and (not specs or len(set(specs)) != len(specs)):
         raise CLIError(
@@ -300,7 +308,21 @@ def validation_settings(
             chosen.append(get_task(spec, batch_size=config.batch_size, data_dir=config.data_dir))
         except (ValueError, FileNotFoundError) as e:
             raise CLIError(f"--validate-task: {e}") from None
-    return ValidationSettings(every, args.validate_steps, tuple(chosen))
+    return ValidationSettings(every, args.validate_steps, tuple(chosen), scales)
+
+
+def validate_scales(text: str) -> tuple[float, ...]:
+    """`--validate-scales` as a tuple of positive numbers."""
+    try:
+        scales = tuple(float(s) for s in text.split(","))
+    except ValueError:
+        scales = ()
+    if not scales or not all(math.isfinite(s) and s > 0 for s in scales):
+        raise CLIError(
+            f"--validate-scales takes positive numbers separated by commas (e.g. 1 or "
+            f"0.1,1,10); got {text!r}."
+        )
+    return scales
 
 
 def run(args: argparse.Namespace) -> int:
