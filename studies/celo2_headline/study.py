@@ -18,15 +18,13 @@ import contextlib
 import json
 import math
 import shutil
-import signal
-import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import elo
 from studies import common
 from studies.celo2_headline import run_stats, settings
+from studies.harness.resumable import steps_done, train_resumable
 from studies.harness.runs import RUN_SUMMARY
 
 
@@ -82,116 +80,17 @@ def meta_train_run(
     )
 
 
-def steps_done(run_dir: Path) -> int:
-    """Outer steps a run directory has recorded (0 when it has none)."""
-    records = elo.read_metrics(run_dir)
-    return records[-1]["step"] if records else 0
-
-
-def run_environment(out: Path, known: int) -> dict[str, Any]:
-    """What the meta-training just run recorded in its sessions file after the `known`
-    earlier records: `run_environment` (its own devices and versions, not the driver's) and
-    `from_step`, the checkpoint it resumed from (after a hard kill the metrics, which the
-    driver counts, run ahead of it). Empty when it recorded nothing."""
-    new = elo.read_sessions(out)[known:]
-    if not new:
-        return {}
-    return {"from_step": new[0]["from_step"], "run_environment": new[0]["environment"]}
-
-
-class StopRequest:
-    """SIGTERM or SIGINT to the driver, made into an orderly stop.
-
-    Installed from before a run starts until its segment is recorded. While the run trains, the
-    first signal interrupts it (`elo.meta_train` checkpoints the step it is at); at any other
-    time, and when repeated, a signal is only recorded, so that it cannot cut the checkpoint or
-    the segment's record short. `signum` is the first signal received, None while there is none.
-    """
-
-    def __init__(self):
-        self.signum: int | None = None
-        self.running = False
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> "StopRequest":
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-    def _handle(self, signum, frame) -> None:
-        first = self.signum is None
-        self.signum = self.signum or signum
-        if first and self.running:
-            raise KeyboardInterrupt
-
-
-def run_meta_train(
-    arm: str, seed: int, out: Path, fields: dict[str, Any], pilot: bool, log_path: Path, stop
-) -> int:
-    """Run `meta_train_run` in this process with its output appended to `log_path`; an exit
-    code as `elo meta-train` would give: 0 done, 130 stopped, 1 failed (the traceback is in the
-    log)."""
-    with open(log_path, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
-        if stop.signum is not None:  # a stop that came before the run started
-            return 130
-        stop.running = True
-        try:
-            meta_train_run(arm, seed, out, fields, pilot)
-            return 0
-        except KeyboardInterrupt:
-            return 130
-        except Exception:  # noqa: BLE001 (the driver goes on with the next run, as before)
-            traceback.print_exc()
-            return 1
-        finally:
-            stop.running = False
-            f.flush()
-
-
 def train_one(name: str, arm: str, seed: int, fields: dict[str, Any], pilot: bool, args) -> bool:
     """Run or resume one meta-training run and summarise it; False when another driver has it."""
-    results = Path(args.results_dir) / name
-    if (results / "meta.json").is_file():
-        return True
-    lock_path = Path(args.runs_dir) / "locks" / (name.replace("/", "_") + ".lock")
-    with common.held(lock_path) as mine:
-        if not mine:
-            return False
-        out = Path(args.runs_dir) / name
-        total = fields["num_outer_steps"]
-        start = steps_done(out)
-        if start < total:
-            log(f"{name}: meta-training from step {start} of {total}")
-            log_path = Path(args.runs_dir) / "logs" / (name.replace("/", "_") + ".log")
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            started = time.time()
-            known_sessions = len(elo.read_sessions(out))
-            with StopRequest() as stop:
-                code = run_meta_train(arm, seed, out, fields, pilot, log_path, stop)
-                segment = {
-                    "environment": common.environment(),
-                    "from_step": start,
-                    "to_step": steps_done(out),
-                    "seconds": time.time() - started,
-                    "exit_code": code,
-                }
-                segment.update(run_environment(out, known_sessions))
-                segments_path = results / "segments.json"
-                segments = common.load_json(segments_path) if segments_path.is_file() else []
-                common.write_json(segments_path, [*segments, segment])
-            if stop.signum is not None:
-                log(f"{name}: stopped at step {segment['to_step']}; the same command resumes it")
-                raise SystemExit(128 + stop.signum)
-            if code != 0:
-                log(f"{name}: meta-training exited with {code} at step {segment['to_step']}")
-                return True
-        summarise(name, out, results, arm, seed, fields)
-        log(f"{name}: done")
-        return True
+    return train_resumable(
+        name,
+        runs_dir=Path(args.runs_dir),
+        results_dir=Path(args.results_dir),
+        total_steps=fields["num_outer_steps"],
+        run=lambda out: meta_train_run(arm, seed, out, fields, pilot),
+        summarise=lambda out, results: summarise(name, out, results, arm, seed, fields),
+        log=log,
+    )
 
 
 def summarise(name: str, out: Path, results: Path, arm: str, seed: int, fields) -> None:

@@ -4,11 +4,7 @@ the checkpoint selection's rules pick what they say, on synthetic results."""
 import fcntl
 import json
 import math
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -190,69 +186,6 @@ def test_task_restricts_baselines_and_horizon_to_that_tasks_cells(tmp_path, monk
     with pytest.raises(SystemExit, match="'nope' is not a held-out task"):
         evaluate.main()
     assert not (tmp_path / "evaluation").exists()  # refused before anything was written
-
-
-# A stand-in for `elo.meta_train`: records 3 outer steps, then waits until it is stopped.
-FAKE_META_TRAIN = """
-def fake(arm, seed, out, fields, pilot):
-    import json, time
-    out.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"step": t, "seconds": 0.0, "meta_loss": 1.0}) for t in (1, 2, 3)]
-    (out / "metrics.jsonl").write_text("\\n".join(lines) + "\\n")
-    session = {"from_step": 2, "options": {}, "environment": {"device_count": 2}}
-    with open(out / "sessions.jsonl", "a") as f:  # resumed from its checkpoint at step 2
-        f.write(json.dumps(session) + "\\n")
-    (out / "started").touch()
-    time.sleep(60)
-"""
-
-
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_stopped_driver_records_the_segment_and_starts_no_other_run(tmp_path, signum):
-    """SIGTERM (or a terminal's Ctrl-C) to a driver interrupts its meta-training run once, which
-    checkpoints and stops; the driver records the run's segment and exits with 128 + the
-    signal's number instead of starting the next run."""
-    runs, results = tmp_path / "runs", tmp_path / "results"
-    driver = f"""
-import argparse, sys
-from studies.celo2_headline import study
-{FAKE_META_TRAIN}
-study.meta_train_run = fake
-args = argparse.Namespace(runs_dir={str(runs)!r}, results_dir={str(results)!r})
-fields = {{"num_outer_steps": 10}}
-for seed in (0, 1):
-    study.train_one(f"main/pes_celo2/s{{seed}}", "pes_celo2", seed, fields, False, args)
-print("the driver went on")
-"""
-    # An earlier segment was killed hard: its metrics reached step 5, its checkpoint step 2
-    # (the fake run resumes from there), and it recorded a session of its own.
-    run = runs / "main" / "pes_celo2" / "s0"
-    run.mkdir(parents=True)
-    lines = [json.dumps({"step": t, "seconds": 0.0, "meta_loss": 1.0}) for t in range(1, 6)]
-    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    earlier = {"from_step": 0, "options": {}, "environment": {"device_count": 1}}
-    (run / "sessions.jsonl").write_text(json.dumps(earlier) + "\n")
-    root = Path(__file__).parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    process = subprocess.Popen(
-        [sys.executable, "-c", driver], cwd=root, env=env, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        started = runs / "main" / "pes_celo2" / "s0" / "started"
-        deadline = time.monotonic() + 120
-        while not started.is_file():
-            assert process.poll() is None and time.monotonic() < deadline, "the run never started"
-            time.sleep(0.05)
-        process.send_signal(signum)
-        out, _ = process.communicate(timeout=60)
-    finally:
-        process.kill()
-    assert process.returncode == 128 + signum and "the driver went on" not in out
-    segments = common.load_json(results / "main" / "pes_celo2" / "s0" / "segments.json")
-    # From the step the run resumed from, not the metrics' last; its own devices.
-    assert [(s["from_step"], s["to_step"], s["exit_code"]) for s in segments] == [(2, 3, 130)]
-    assert segments[0]["run_environment"]["device_count"] == 2
-    assert not (runs / "main" / "pes_celo2" / "s1").exists()
 
 
 def test_a_shipped_result_made_with_other_weights_is_set_aside(tmp_path):
