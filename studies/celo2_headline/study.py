@@ -16,7 +16,6 @@ drivers can share a queue (a lock per run), but on two cores one run at a time f
 import argparse
 import contextlib
 import json
-import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from studies import common
 from studies.celo2_headline import run_stats, settings
 from studies.harness.resumable import steps_done, train_resumable
 from studies.harness.runs import RUN_SUMMARY
+from studies.harness.stats import lowest as choose
 
 
 HERE = Path(__file__).parent
@@ -148,15 +148,6 @@ def pilot_runs() -> list[tuple[str, str, float, str]]:
         for lr in sorted(settings.PILOT_LEARNING_RATES, reverse=True)
         for arm in ("pes_celo2", "elo_celo2")
     ]
-
-
-def choose(scores: dict[Any, float | None]) -> Any:
-    """The candidate with the lowest score (`None`/non-finite: never chosen); ties go to the
-    first listed (the smaller learning rate, the default schedule)."""
-    finite = {k: v for k, v in scores.items() if v is not None and math.isfinite(v)}
-    if not finite:
-        raise ValueError(f"no candidate has a finite score: {scores}")
-    return min(finite, key=lambda k: (finite[k], list(scores).index(k)))
 
 
 def pilot_decision(results: Path) -> dict[str, Any] | None:

@@ -35,9 +35,12 @@ def tuned_validation(result: dict[str, Any]) -> float:
     return float(result["sweep"][result["selected"]]["validation_loss"])
 
 
-def judge(evaluation: Path) -> dict[str, Any]:
+def judge(
+    evaluation: Path, candidates: tuple[str, ...] = settings.SHIP_CANDIDATES
+) -> dict[str, Any]:
     """Every candidate's count of headline cells at or below tuned AdamW on validation, its
-    geometric-mean validation ratio, and the winner; `missing` lists absent result files."""
+    geometric-mean validation ratio, and the winner; `missing` lists absent result files.
+    `candidates` (default: the rule's) in the rule's order, which breaks a tie on both counts."""
     cells = [f"{task}@{horizon}.json" for task, horizon in headline.cells()]
     missing = []
     adamw = {}
@@ -48,7 +51,7 @@ def judge(evaluation: Path) -> dict[str, Any]:
         else:
             missing.append(str(path))
     rows = {}
-    for candidate in settings.SHIP_CANDIDATES:
+    for candidate in candidates:
         per_cell, edges = {}, []
         for cell in cells:
             path = candidate_dir(evaluation, candidate) / cell
@@ -72,7 +75,7 @@ def judge(evaluation: Path) -> dict[str, Any]:
     if missing:
         out["winner"] = None
         return out
-    order = list(settings.SHIP_CANDIDATES)
+    order = list(candidates)
     out["winner"] = min(
         order,
         key=lambda c: (-rows[c]["at_or_below"], rows[c]["geomean_ratio"], order.index(c)),

@@ -47,3 +47,12 @@ def at_or_below(value: float | None, reference: float | None) -> bool:
         return False
     finite = math.isfinite(value) and math.isfinite(reference)
     return finite and value <= reference
+
+
+def lowest(scores: dict[Any, float | None]) -> Any:
+    """The candidate with the lowest score (`None`/non-finite: never chosen); ties go to the
+    first listed (a rule lists its candidates in the order that breaks ties)."""
+    finite = {k: v for k, v in scores.items() if v is not None and math.isfinite(v)}
+    if not finite:
+        raise ValueError(f"no candidate has a finite score: {scores}")
+    return min(finite, key=lambda k: (finite[k], list(scores).index(k)))

@@ -1,0 +1,14 @@
+"""The deployed-schedule study's driver:
+`python -m studies.deployed_schedule <command> [arguments]`."""
+
+from studies.harness.driver import Command, run
+
+
+COMMANDS = {
+    "warm-start": Command("studies.deployed_schedule.warm_start", "choose the warm start (§2)"),
+    "pilot": Command("studies.deployed_schedule.pilot", "run or resume the pilot; decide", True),
+    "status": Command("studies.deployed_schedule.pilot", "where every run stands", True),
+}
+
+if __name__ == "__main__":
+    raise SystemExit(run("deployed_schedule", COMMANDS))

@@ -1,0 +1,246 @@
+"""The pilot (`rule.md` §3-4): stage 1 chooses the meta learning rate on PES-Celo2, stage 2
+ELO's resume probability, both from the warm start and scored on validation only.
+
+    python -m studies.deployed_schedule pilot          # run or resume the pilot; decide
+    python -m studies.deployed_schedule pilot --only pes_celo2_lr1e-03   # one run, no decision
+    python -m studies.deployed_schedule status         # where every run stands
+
+Every run is `elo.meta_train` in this process (`studies.harness.resumable`), in a run directory
+under --runs-dir that resumes where it stopped; a finished run's `meta.json` (its checks) and
+`run_summary.json` go to --results-dir/pilot. The decision goes to
+--results-dir/pilot_decision.json.
+"""
+
+import argparse
+import contextlib
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import elo
+from studies import common
+from studies.deployed_schedule import settings, warm_start
+from studies.harness.resumable import steps_done, train_resumable
+from studies.harness.runs import RUN_SUMMARY, run_summary
+from studies.harness.stats import lowest
+
+
+HERE = Path(__file__).parent
+
+
+def log(message: str) -> None:
+    common.log("deployed", message)
+
+
+def rate_run(learning_rate: float) -> str:
+    """Stage 1's run at `learning_rate`."""
+    return f"pes_celo2_lr{learning_rate:.0e}"
+
+
+def resume_run(learning_rate: float, probability: float) -> str:
+    """Stage 2's run at stage 1's `learning_rate` and resume `probability`."""
+    return f"elo_celo2_lr{learning_rate:.0e}_p{probability:g}"
+
+
+def validation_settings(check_every: int) -> elo.ValidationSettings:
+    """rule.md §1's checks, every `check_every` outer steps."""
+    tasks = tuple(elo.tasks.get_task(name) for name in settings.SELECTION_TASKS)
+    return elo.ValidationSettings(
+        check_every, settings.VALIDATE_STEPS, tasks, settings.VALIDATE_SCALES
+    )
+
+
+def meta_train_run(config: elo.MetaConfig, out: Path, start: dict[str, Any]) -> elo.MetaState:
+    """One pilot run: `elo.meta_train` from the warm start's weights, with the checks."""
+    return elo.meta_train(
+        config,
+        out,
+        seed=settings.PILOT_SEED,
+        checkpoint_every=settings.CHECKPOINT_EVERY,
+        validation=validation_settings(settings.PILOT_CHECK_EVERY),
+        init_from=start["path"],
+        init_weights_only=True,
+        progress=False,
+        run_record={"study": "deployed_schedule", "warm_start": start["winner"]},
+    )
+
+
+def summarise(out: Path, results: Path, config: elo.MetaConfig, start: dict[str, Any]) -> None:
+    """A finished run's `run_summary.json` and `meta.json` (its checks, config, totals)."""
+    records = elo.read_metrics(out)
+    checks = elo.read_validation(out)
+    results.mkdir(parents=True, exist_ok=True)
+    common.write_json(results / RUN_SUMMARY, run_summary(out))
+    totals = ("diverged", "nonfinite", "buffer_resumes", "fresh_resets", "nonfinite_grads")
+    common.write_json(
+        results / "meta.json",
+        {
+            "config": json.loads((out / "config.json").read_text())["config"],
+            "warm_start": start["winner"],
+            "outer_steps": len(records),
+            "seconds_meta_steps": float(sum(r["seconds"] for r in records)),
+            "seconds_checks": [float(r["seconds"]) for r in checks],
+            "totals": {k: int(sum(r.get(k) or 0 for r in records)) for k in totals},
+            "max_inner_step": int(max(r["max_inner_step"] for r in records)),
+            "checks": [
+                {"step": r["step"], "score": r["validation"]["score"]}
+                | {t["task"]: t["score"] for t in r["validation"]["per_task"]}
+                for r in checks
+            ],
+        },
+    )
+
+
+def train(name: str, config: elo.MetaConfig, args, start: dict[str, Any]) -> bool:
+    """Run or resume one pilot run and summarise it; False when another driver has it."""
+    return train_resumable(
+        f"pilot/{name}",
+        runs_dir=Path(args.runs_dir),
+        results_dir=Path(args.results_dir),
+        total_steps=config.num_outer_steps,
+        run=lambda out: meta_train_run(config, out, start),
+        summarise=lambda out, results: summarise(out, results, config, start),
+        log=log,
+    )
+
+
+def checks(results: Path, name: str) -> dict[int, float] | None:
+    """A finished pilot run's check scores by outer step (None while unfinished)."""
+    path = results / "pilot" / name / "meta.json"
+    if not path.is_file():
+        return None
+    return {c["step"]: c["score"] for c in common.load_json(path)["checks"]}
+
+
+def score(run_checks: dict[int, float]) -> float:
+    """rule.md §3: the mean of the checks at `PILOT_SCORE_STEPS`."""
+    return statistics.fmean(run_checks[step] for step in settings.PILOT_SCORE_STEPS)
+
+
+def stage(results: Path, names: dict[Any, str]) -> dict[str, Any] | None:
+    """One stage's choice among `names` (candidate value → run name, in the order that breaks
+    ties) with every run's checks; None while a run is unfinished."""
+    maybe = {value: checks(results, name) for value, name in names.items()}
+    found = {value: c for value, c in maybe.items() if c is not None}
+    if len(found) < len(maybe):
+        return None
+    scores = {value: score(c) for value, c in found.items()}
+    chosen = lowest(scores)
+    chosen_checks = found[chosen]
+    last, before = settings.PILOT_SCORE_STEPS[-1], settings.PILOT_SCORE_STEPS[-2]
+    return {
+        "chosen": chosen,
+        "scores": {names[v]: s for v, s in scores.items()},
+        "checks": {names[v]: {str(k): x for k, x in sorted(c.items())} for v, c in found.items()},
+        "chosen_still_improving": chosen_checks[last] < chosen_checks[before],
+        "step0": {names[v]: c[0] for v, c in found.items()},
+    }
+
+
+def check_step0(decision: dict[str, Any]) -> None:
+    """rule.md §3: every run's step-0 check is the warm start's, the same number."""
+    stages = [decision[part] for part in ("rate", "resume") if decision.get(part)]
+    values = [v for done in stages for v in done["step0"].values()]
+    if values and any(not math.isclose(v, values[0], rel_tol=settings.STEP0_RTOL) for v in values):
+        raise SystemExit(
+            f"the pilot's step-0 checks differ ({sorted(set(values))}): the runs did not all "
+            "start from the warm start, or the checks are not deterministic; the pilot stops "
+            "(rule.md §3)."
+        )
+
+
+def decide(results: Path) -> dict[str, Any]:
+    """The pilot's decision so far: `rate` (stage 1) and `resume` (stage 2), each None while
+    unfinished."""
+    rates = {lr: rate_run(lr) for lr in settings.PILOT_LEARNING_RATES}
+    decision: dict[str, Any] = {"rate": stage(results, rates), "resume": None}
+    if decision["rate"] is not None:
+        lr = decision["rate"]["chosen"]
+        probabilities = {p: resume_run(lr, p) for p in settings.RESUME_PROBABILITIES}
+        decision["resume"] = stage(results, probabilities)
+    check_step0(decision)
+    if decision["rate"] is not None:
+        step0 = next(iter(decision["rate"]["step0"].values()))
+        decision["rate"]["below_warm_start"] = [
+            name for name, s in decision["rate"]["scores"].items() if s < step0
+        ]
+    return decision
+
+
+def run_pilot(args) -> None:
+    results = Path(args.results_dir)
+    start = warm_start.load(results)
+    for lr in settings.PILOT_LEARNING_RATES:
+        if args.only in (None, rate_run(lr)):
+            train(rate_run(lr), settings.config("pes_celo2", lr, settings.PILOT_STEPS), args, start)
+    if args.only is not None:
+        return
+    decision = decide(results)
+    if decision["rate"] is None:
+        log("pilot: stage 1 is not finished (another driver holds a run)")
+        return
+    lr = decision["rate"]["chosen"]
+    log(f"pilot stage 1 chose meta learning rate {lr:g}")
+    for p in settings.RESUME_PROBABILITIES:
+        config = settings.config("elo_celo2", lr, settings.PILOT_STEPS, resume_probability=p)
+        train(resume_run(lr, p), config, args, start)
+    decision = decide(results)
+    if decision["resume"] is None:
+        log("pilot: stage 2 is not finished (another driver holds a run)")
+        return
+    decision |= {"warm_start": start["winner"], "environment": common.environment()}
+    common.write_json(results / "pilot_decision.json", decision)
+    log(f"pilot decided: rate {lr:g}, resume probability {decision['resume']['chosen']:g}")
+
+
+def status(args) -> None:
+    runs, results = Path(args.runs_dir), Path(args.results_dir)
+    for metrics in sorted(runs.glob("**/metrics.jsonl")):
+        run = metrics.parent
+        name = str(run.relative_to(runs))
+        total = json.loads((run / "config.json").read_text())["config"]["num_outer_steps"]
+        done = "summarised" if (results / name / "meta.json").is_file() else ""
+        print(f"{name:45s} {steps_done(run):6d} / {total:6d} {done}")
+
+
+def check_settings(results: Path) -> None:
+    """Record the settings with the first run; refuse to mix runs made with other settings."""
+    path = results / "settings.json"
+    current = json.loads(json.dumps(settings.recorded()))
+    if path.is_file():
+        if common.load_json(path)["settings"] != current:
+            raise SystemExit(
+                f"{path} records other settings than settings.py; use another --results-dir "
+                "(and --runs-dir), or amend rule.md and start the study again."
+            )
+    else:
+        common.write_json(path, {"settings": current, "environment": common.environment()})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("command", choices=("pilot", "status"))
+    parser.add_argument("--runs-dir", default=str(HERE / "runs"), help="run directories")
+    parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
+    parser.add_argument("--only", help="pilot: train this one stage-1 run and stop")
+    args = parser.parse_args()
+    known = [rate_run(lr) for lr in settings.PILOT_LEARNING_RATES]
+    if args.only is not None and (args.command != "pilot" or args.only not in known):
+        parser.error(f"--only takes a stage-1 pilot run with `pilot`, one of: {', '.join(known)}")
+    if args.command == "status":
+        status(args)
+        return 0
+    check_settings(Path(args.results_dir))
+    # One JAX device per core, as `elo meta-train --cpu-devices auto` chooses.
+    with contextlib.suppress(RuntimeError):
+        elo.use_cpu_cores()
+    run_pilot(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

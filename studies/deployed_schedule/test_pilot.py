@@ -1,0 +1,142 @@
+"""The deployed-schedule study's fixed choices on made-up results: every run's configuration is
+the rule's, the warm start is ship rule v2's ranking of six, and the pilot's stages choose what
+rule.md §3-4 say."""
+
+import json
+
+import pytest
+
+import elo
+from studies import common
+from studies.celo2_headline import settings as headline
+from studies.deployed_schedule import pilot, settings, warm_start
+from studies.fresh_cells import ship_rule
+
+
+def test_every_pilot_run_is_a_valid_config_with_the_deployed_optimizer():
+    for lr in settings.PILOT_LEARNING_RATES:
+        pes = settings.config("pes_celo2", lr, settings.PILOT_STEPS)
+        assert pes.expert == "none" and pes.resume_probability == 0
+        assert dict(pes.optimizer_settings) == elo.presets.CELO2_REFERENCE_SETTINGS
+        assert (pes.meta_learning_rate, pes.meta_final_learning_rate) == (lr, lr / 10)
+        for p in settings.RESUME_PROBABILITIES:
+            config = settings.config("elo_celo2", lr, settings.PILOT_STEPS, resume_probability=p)
+            assert config.expert == "muon" and config.resume_probability == p
+            assert dict(config.optimizer_settings) == elo.presets.CELO2_REFERENCE_SETTINGS
+            # Imitation to step 300, the learned optimizer alone from step 1200 (rule.md §4).
+            assert config.supervision_steps() == (300, 1200)
+            # The paper's width, as the headline's runs.
+            assert (config.num_particles, config.truncation_length) == (8, 50)
+    with pytest.raises(ValueError, match="resume probability"):
+        settings.config("elo_celo2", 1e-3, 10)
+    with pytest.raises(ValueError, match="no resume buffer"):
+        settings.config("pes_celo2", 1e-3, 10, resume_probability=0.5)
+    with pytest.raises(ValueError, match="unknown method 'cl'"):
+        settings.config("cl", 1e-3, 10)
+
+
+def test_no_check_task_is_a_held_out_task():
+    held_out = {task for task, _ in headline.cells()}
+    assert not held_out & set(settings.SELECTION_TASKS)
+
+
+def _write_result(path, validation):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"selected": 0, "sweep": [{"validation_loss": validation}]}))
+
+
+@pytest.fixture
+def headline_results(tmp_path):
+    root = tmp_path / "headline"
+    cells = [f"{t}@{h}.json" for t, h in headline.cells()]
+    for cell in cells:
+        _write_result(root / "evaluation" / "baselines" / "adamw" / cell, 1.0)
+    for candidate in settings.WARM_START_CANDIDATES:
+        for cell in cells:
+            _write_result(ship_rule.candidate_dir(root / "evaluation", candidate) / cell, 1.1)
+        checkpoint = warm_start.checkpoint_path(root, candidate)
+        checkpoint.parent.mkdir(parents=True)
+        checkpoint.write_bytes(candidate.encode())
+    return root, cells
+
+
+def test_the_warm_start_is_ship_rule_v2s_first_of_the_six(headline_results):
+    root, cells = headline_results
+    for cell in cells[:2]:
+        _write_result(ship_rule.candidate_dir(root / "evaluation", "elo_celo2/s2") / cell, 0.9)
+    # The published Celo2 is not a candidate: its results are not needed.
+    record = warm_start.choose(root)
+    assert record["winner"] == "elo_celo2/s2"
+    assert record["checkpoint"] == str(warm_start.checkpoint_path(root, "elo_celo2/s2"))
+    assert set(record["candidates"]) == set(settings.WARM_START_CANDIDATES)
+    (ship_rule.candidate_dir(root / "evaluation", "pes_celo2/s0") / cells[0]).unlink()
+    with pytest.raises(SystemExit, match="1 result"):
+        warm_start.choose(root)
+
+
+def test_a_warm_start_file_that_changed_is_refused(tmp_path):
+    checkpoint = tmp_path / "best_optimizer.eqx"
+    checkpoint.write_bytes(b"weights")
+    record = {"winner": "pes_celo2/s0", "checkpoint": str(checkpoint), "sha256": ""}
+    common.write_json(tmp_path / warm_start.WARM_START, record)
+    with pytest.raises(SystemExit, match="SHA-256 differs"):
+        warm_start.load(tmp_path)
+    with pytest.raises(SystemExit, match="warm-start` first"):
+        warm_start.load(tmp_path / "elsewhere")
+
+
+def _finished(results, name, scores):
+    """A finished pilot run whose checks at 0, 1000, 2000, 3000 scored `scores`."""
+    steps = (0, 1000, 2000, 3000)
+    checks = [{"step": s, "score": x} for s, x in zip(steps, scores, strict=True)]
+    common.write_json(results / "pilot" / name / "meta.json", {"checks": checks})
+
+
+def test_stage_1_chooses_the_lowest_mean_of_the_last_two_checks(tmp_path):
+    rates = settings.PILOT_LEARNING_RATES
+    for lr in rates[:-1]:
+        _finished(tmp_path, pilot.rate_run(lr), [1.0, 0.95, 0.9, 0.9])
+    assert pilot.decide(tmp_path)["rate"] is None  # the last rate's run is unfinished
+    # 1e-2 has the best single check (0.5) but not the best mean of 2000 and 3000.
+    _finished(tmp_path, pilot.rate_run(rates[-1]), [1.0, 0.5, 0.95, 0.9])
+    _finished(tmp_path, pilot.rate_run(3e-4), [1.0, 0.99, 0.88, 0.86])
+    decision = pilot.decide(tmp_path)
+    assert decision["rate"]["chosen"] == 3e-4 and decision["resume"] is None
+    assert decision["rate"]["chosen_still_improving"]
+    assert set(decision["rate"]["below_warm_start"]) == {pilot.rate_run(lr) for lr in rates}
+
+
+def test_ties_go_to_the_smaller_rate_and_the_smaller_probability(tmp_path):
+    for lr in settings.PILOT_LEARNING_RATES:
+        _finished(tmp_path, pilot.rate_run(lr), [1.0, 0.9, 0.9, 0.9])
+    lr = settings.PILOT_LEARNING_RATES[0]
+    for p in settings.RESUME_PROBABILITIES:
+        _finished(tmp_path, pilot.resume_run(lr, p), [1.0, 1.1, 1.2, 1.3])
+    decision = pilot.decide(tmp_path)
+    assert decision["rate"]["chosen"] == lr
+    assert decision["resume"]["chosen"] == settings.RESUME_PROBABILITIES[0]
+    assert not decision["resume"]["chosen_still_improving"]
+
+
+def test_step_0_checks_that_differ_stop_the_pilot(tmp_path):
+    for lr in settings.PILOT_LEARNING_RATES:
+        _finished(tmp_path, pilot.rate_run(lr), [1.0, 0.9, 0.9, 0.9])
+    _finished(tmp_path, pilot.rate_run(1e-3), [1.001, 0.9, 0.9, 0.9])
+    with pytest.raises(SystemExit, match="step-0 checks differ"):
+        pilot.decide(tmp_path)
+
+
+def test_a_pilot_run_is_meta_train_from_the_warm_start_with_the_rules_checks(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(elo, "meta_train", lambda *args, **kwargs: calls.append((args, kwargs)))
+    config = settings.config("pes_celo2", 1e-3, settings.PILOT_STEPS)
+    start = {"winner": "elo_celo2/s1", "path": tmp_path / "w.eqx"}
+    pilot.meta_train_run(config, tmp_path / "run", start)
+    ((args, kwargs),) = calls
+    assert args == (config, tmp_path / "run")
+    assert kwargs["seed"] == settings.PILOT_SEED and kwargs["init_weights_only"]
+    assert kwargs["init_from"] == tmp_path / "w.eqx"
+    validation = kwargs["validation"]
+    assert (validation.every, validation.num_steps) == (1000, 5000)
+    assert validation.scales == (1.0,)
+    assert [t.name for t in validation.tasks] == list(settings.SELECTION_TASKS)
