@@ -45,9 +45,14 @@ def run(config, steps, *, key=0):
     return state, history
 
 
+SHARDED_RUN_TASKS = ("quadratic-d4",)
+
+
 @pytest.fixture(scope="module")
 def sharded_run():
-    return run(small_elo_config(num_devices=4), 12)
+    # A quadratic task: the ELO step with expert, buffer and sharding, at half the compile time
+    # of the image task (the image tasks' meta-steps are compiled by other fast tests).
+    return run(small_elo_config(num_devices=4, tasks=SHARDED_RUN_TASKS), 12)
 
 
 @pytest.mark.slow
@@ -225,8 +230,11 @@ def _weights(state):
 def test_imitation_credit_epsilon_changes_the_estimator_while_imitating(sharded_run):
     """Crediting imitation to epsilon alone is a different estimator while the imitation
     weights are not zero (the module's ELO config, whose meta-step is already compiled)."""
-    supervised_paper, _ = run(small_elo_config(num_devices=4), 3)
-    supervised_hybrid, _ = run(small_elo_config(num_devices=4, imitation_credit="epsilon"), 3)
+    tasks = SHARDED_RUN_TASKS
+    supervised_paper, _ = run(small_elo_config(num_devices=4, tasks=tasks), 3)
+    supervised_hybrid, _ = run(
+        small_elo_config(num_devices=4, tasks=tasks, imitation_credit="epsilon"), 3
+    )
     differences = jax.tree.map(
         lambda a, b: np.max(np.abs(a - b)), _weights(supervised_paper), _weights(supervised_hybrid)
     )
@@ -272,7 +280,7 @@ def test_single_cpu_device_runs_its_own_compiled_variant_with_the_same_results(s
         {},
         {"xla_cpu_experimental_ynn_fusion_type": ""},
     )
-    config = small_elo_config(num_devices=1)
+    config = small_elo_config(num_devices=1, tasks=SHARDED_RUN_TASKS)
     assert _compiled_for(config) is _compiled_meta_step_one_cpu()
     assert _compiled_for(small_elo_config(num_devices=4)) is _compiled_meta_step
     state, history = run(config, 3)
