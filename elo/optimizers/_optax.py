@@ -223,8 +223,23 @@ def _update_present(
         treedef, [p if a else None for p, a in zip(param_leaves, present)]
     )
     sub_state = jax.tree.map(restrict, state, is_leaf=per_parameter)
-    updates, new_sub_state = lo.update(grads, sub_state, sub_params, chunk_size=chunk_size)
+    updates, new_sub_state = _compiled_update(lo, grads, sub_state, sub_params, chunk_size)
     return updates, jax.tree.map(merge, state, new_sub_state, is_leaf=per_parameter)
+
+
+@eqx.filter_jit
+def _compiled_update(
+    lo: AbstractLearnedOptimizer,
+    grads: Updates,
+    state: Any,
+    params: Params,
+    chunk_size: int | None,
+) -> tuple[Updates, Any]:
+    # Compiled even when the caller is not: op by op, a learned optimizer's first update
+    # compiles each of its many small operations (about 14 s for Celo2 on a 2-core CPU, against
+    # 2 s for the whole program) and every later one dispatches them one at a time. Inside a
+    # caller's `jax.jit` this is inlined.
+    return lo.update(grads, state, params, chunk_size=chunk_size)
 
 
 def as_optax(
@@ -296,6 +311,11 @@ def as_optax(
     taken past the end makes a `jax.debug.callback`, so the host is called back only past the
     end, never during the scheduled steps, and nothing is retraced. `"hold"` and `"stop"` add
     no check at all: choose one of them for a compiled loop that must hold no host callback.
+
+    **Compiled.** The learned optimizer's update is compiled (`eqx.filter_jit`, once per
+    parameter structure) even when `update` is called eagerly, as in the example below: op by
+    op, the first update of a Celo2 took 14 s on a 2-core CPU and each later one 0.13 s,
+    against 3 s and 0.003 s compiled. Inside your own `jax.jit` it is part of your program.
 
     **Frozen and masked parameters.** A `None` leaf in the gradients (as `eqx.filter_grad` gives
     for parameters outside the filter, e.g. frozen layers) gets a `None` update and leaves that
