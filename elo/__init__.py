@@ -23,6 +23,7 @@ from ._evaluation._meta_validation import (
     Validation as Validation,
 )
 from ._evaluation._tuning import (
+    AbstractTuningCache as AbstractTuningCache,
     compare as compare,
     Comparison as Comparison,
     lr_sweep as lr_sweep,
@@ -53,6 +54,7 @@ from ._files._run_dir import (
     read_validation as read_validation,
     RunDirError as RunDirError,
 )
+from ._files._tuning_cache import TuningCache as TuningCache
 from ._inner._buffer import (
     buffer_pop as buffer_pop,
     buffer_push as buffer_push,

@@ -1,10 +1,12 @@
 """Tuning: a step size swept on a grid (extended past an end where the choice lies) and chosen
 on the validation split; comparisons with tuned AdamW."""
 
+import abc
+import hashlib
 import math
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import equinox as eqx
@@ -17,6 +19,7 @@ from jaxtyping import Array
 from .._checks import is_int_at_least
 from ..optimizers._base import AbstractLearnedOptimizer
 from ..tasks import AbstractTask
+from ..tasks._fingerprint import task_label
 from ._baselines import BASELINES, check_schedule_shape, ScheduledBaseline, ScheduleShape
 from ._evaluate import (
     _check_run_args,
@@ -223,6 +226,35 @@ def _check_extension(extend_edges: Any, grid_values: list[float]) -> int:
     return extend_edges
 
 
+class AbstractTuningCache(eqx.Module):
+    """Where [`elo.tune`][] keeps each value's evaluation as soon as it is made, so that a
+    tuning stopped part-way (a killed process, a machine taken back) resumes with the values it
+    had not finished. [`elo.TuningCache`][] keeps them in a directory.
+
+    `key` says what the evaluation was made with (optimizer, task, steps, seeds, ...): a value
+    stored under another key is not this tuning's, and a cache refuses it.
+    """
+
+    @abc.abstractmethod
+    def load(self, key: Mapping[str, Any], value: float) -> Evaluation | None:
+        """The evaluation stored for `value` under `key`; None when there is none."""
+
+    @abc.abstractmethod
+    def save(self, key: Mapping[str, Any], value: float, result: Evaluation) -> None:
+        """Store `result`, the evaluation of `value` under `key`."""
+
+
+def _optimizer_identity(optimizer: AbstractLearnedOptimizer | str) -> str:
+    """A baseline's name, or a learned optimizer's class with a digest of its structure
+    (hyperparameters included) and weights."""
+    if isinstance(optimizer, str):
+        return optimizer
+    digest = hashlib.sha256(str(jax.tree.structure(optimizer)).encode())
+    for leaf in jax.tree.leaves(eqx.filter(optimizer, eqx.is_array)):
+        digest.update(np.asarray(leaf).tobytes())
+    return f"{type(optimizer).__name__}@{digest.hexdigest()[:16]}"
+
+
 def tune(
     optimizer: AbstractLearnedOptimizer | str,
     task: AbstractTask | str,
@@ -238,6 +270,7 @@ def tune(
     name: str | None = None,
     batch_size: int = 64,
     data_dir: str | os.PathLike | None = None,
+    cache: AbstractTuningCache | None = None,
 ) -> Tuned:
     """Tune an optimizer's step size on a task, choosing on the validation split.
 
@@ -276,6 +309,13 @@ def tune(
       report the best test curve do; the test numbers are then no longer held out).
     - `seeds`, `eval_every`, `batch_size`, `data_dir`: as for [`elo.evaluate`][].
     - `name`: a label (default: the baseline's name or the learned optimizer's class).
+    - `cache`: keep each value's evaluation as soon as it is made (e.g.
+      [`elo.TuningCache`][]`("tuning/adamw")`) and take those already there: a tuning stopped
+      part-way and run again with the same arguments trains only the values it had not
+      finished. The values then train one at a time, in one compiled program (like the added
+      ones), so a stop loses at most one value's runs; the choice is the same as without it,
+      the numbers equal up to float32 rounding (values trained in a batch or alone are summed
+      in different orders).
 
     **Returns:**
 
@@ -314,23 +354,78 @@ def tune(
     extend_edges = _check_extension(extend_edges, grid_values)
     task = _resolve_task(task, batch_size, data_dir)
     keys = _seed_keys(seed_values)
-    losses, measured = _train(
-        task, make, jnp.asarray(grid_values, jnp.float32), keys, num_steps, eval_every, True
-    )
     label = label if name is None else name
     run = (task, num_steps, eval_every, seed_values)
-    tuned = _tuned(
-        label,
-        hyperparameter,
-        grid_values,
-        run,
-        losses,
-        measured,
+    if cache is None:
+        losses, measured = _train(
+            task, make, jnp.asarray(grid_values, jnp.float32), keys, num_steps, eval_every, True
+        )
+        losses, measured = jax.device_get((losses, measured))
+        sweep = tuple(
+            _evaluation(label, hyperparameter, v, run, losses[i], measured[i])
+            for i, v in enumerate(grid_values)
+        )
+        one_value = None
+    else:
+        if not isinstance(cache, AbstractTuningCache):
+            raise TypeError(
+                f"cache must be an elo.TuningCache (or another elo.AbstractTuningCache), got "
+                f"{type(cache).__name__}."
+            )
+        key = {
+            "name": label,
+            "optimizer": _optimizer_identity(optimizer),
+            "hyperparameter": hyperparameter,
+            "schedule": shape,
+            "task": task_label(task),
+            "num_steps": num_steps,
+            "eval_every": eval_every,
+            "seeds": list(seed_values),
+        }
+        one_value = _CachedValue(cache, key, label, hyperparameter, run, make, keys)
+        sweep = tuple(one_value(v) for v in grid_values)
+    tuned = Tuned(
+        name=label,
+        hyperparameter=hyperparameter,
+        values=tuple(grid_values),
+        sweep=sweep,
+        selected=_select(sweep, select),
+        extended=(False,) * len(sweep),
         extend_edges=extend_edges,
         schedule=shape,
         select=select,
     )
-    return _extend(tuned, run, make, keys)
+    return _extend(tuned, run, make, keys, one_value)
+
+
+class _CachedValue:
+    """One value's evaluation from the cache, else trained alone and stored."""
+
+    def __init__(self, cache, key, label, hyperparameter, run, make, keys):
+        self.cache, self.key, self.label, self.hyperparameter = cache, key, label, hyperparameter
+        self.run, self.make, self.keys = run, make, keys
+
+    def __call__(self, value: float) -> Evaluation:
+        found = self.cache.load(self.key, value)
+        if found is not None:
+            return found
+        result = _train_one_value(
+            self.label, self.hyperparameter, value, self.run, self.make, self.keys
+        )
+        self.cache.save(self.key, value, result)
+        # What a resumed tuning reads back: the same numbers whether or not it was stopped.
+        return Evaluation.from_dict(result.to_dict())
+
+
+def _train_one_value(label, hyperparameter, value, run, make, keys) -> Evaluation:
+    """`value`'s runs on their own: one value keeps one shape, so every value of a tuning (and
+    every value added past an end) reuses one compiled program."""
+    task, num_steps, eval_every, _ = run
+    losses, measured = _train(
+        task, make, jnp.asarray([value], jnp.float32), keys, num_steps, eval_every, True
+    )
+    losses, measured = jax.device_get((losses, measured))
+    return _evaluation(label, hyperparameter, value, run, losses[0], measured[0])
 
 
 def _check_select(select: Any) -> None:
@@ -395,11 +490,11 @@ def _extend(
     run: tuple[AbstractTask, int, int, tuple[int, ...]],
     make: Callable[[Any], optax.GradientTransformation],
     keys: Any,
+    one_value: Callable[[float], Evaluation] | None = None,
 ) -> Tuned:
     """`tuned` with values added past the end of the swept values where its choice lies, one
-    at a time (each run with `make` on the same seeds) and the choice made again, until it is
-    interior or `tuned.extend_edges` values were added past that end."""
-    task, num_steps, eval_every, _ = run
+    at a time (each run with `make` on the same seeds, or `one_value`) and the choice made
+    again, until it is interior or `tuned.extend_edges` values were added past that end."""
     added = {"low": 0, "high": 0}
     while (edge := tuned.at_edge) is not None and added[edge] < tuned.extend_edges:
         values = tuned.values
@@ -407,12 +502,10 @@ def _extend(
             value = values[0] * (values[0] / values[1])
         else:
             value = values[-1] * (values[-1] / values[-2])
-        # One value at a time keeps one shape: every addition reuses one compiled program.
-        losses, measured = _train(
-            task, make, jnp.asarray([value], jnp.float32), keys, num_steps, eval_every, True
-        )
-        losses, measured = jax.device_get((losses, measured))
-        result = _evaluation(tuned.name, tuned.hyperparameter, value, run, losses[0], measured[0])
+        if one_value is None:
+            result = _train_one_value(tuned.name, tuned.hyperparameter, value, run, make, keys)
+        else:
+            result = one_value(value)
         if edge == "low":
             values, sweep = (value, *values), (result, *tuned.sweep)
             extended = (True, *tuned.extended)

@@ -176,6 +176,10 @@ def summarise(tuned: Any, seconds: float) -> dict[str, Any]:
     }
 
 
+# With --resumable: where `elo.TuningCache` keeps each value of a cell being tuned (out of git).
+TUNING_CACHE_ROOT: Path | None = None
+
+
 def tune_cached(
     path: Path,
     optimizer: Any,
@@ -194,8 +198,14 @@ def tune_cached(
 
     def compute() -> dict[str, Any]:
         started = time.perf_counter()
-        tuned = elo.tune(optimizer, get_task(task_name), **protocol(horizon))
-        return summarise(tuned, time.perf_counter() - started)
+        if TUNING_CACHE_ROOT is None:
+            tuned = elo.tune(optimizer, get_task(task_name), **protocol(horizon))
+            return summarise(tuned, time.perf_counter() - started)
+        # --resumable: each value kept as it finishes; `seconds` is then this session's share.
+        where = TUNING_CACHE_ROOT / path.relative_to(path.parents[2]).with_suffix("")
+        cache = elo.TuningCache(where)
+        tuned = elo.tune(optimizer, get_task(task_name), **protocol(horizon), cache=cache)
+        return summarise(tuned, time.perf_counter() - started) | {"tuning_cache": str(where)}
 
     started = time.perf_counter()
     if cells_cache.cached(path, compute, required=required, log=log):
@@ -595,7 +605,16 @@ def main() -> None:
         metavar="NAME",
         help="shipped: only this shipped optimizer (repeatable; default: every one)",
     )
+    parser.add_argument(
+        "--resumable",
+        action="store_true",
+        help="keep each value of a cell as it finishes (elo.TuningCache under runs/tuning_cache) "
+        "so that a stopped driver resumes within the cell: for cells longer than a session",
+    )
     args = parser.parse_args()
+    global TUNING_CACHE_ROOT
+    if args.resumable:
+        TUNING_CACHE_ROOT = HERE / "runs" / "tuning_cache"
     only = args.task
     if args.optimizer is not None and args.command != "shipped":
         parser.error("--optimizer applies to `shipped` only")

@@ -582,3 +582,28 @@ def test_run_restricts_runs_and_decayed_to_the_named_main_runs(tmp_path, monkeyp
     monkeypatch.setattr(sys, "argv", [*argv, "--run", "pes_celo2/s7"])
     with pytest.raises(SystemExit, match=r"'pes_celo2/s7': not a summarised main run of"):
         evaluate.main()
+
+
+def test_resumable_tuning_keeps_each_value_in_a_cache_out_of_git(tmp_path, monkeypatch):
+    """`evaluate.py --resumable`: `elo.tune` gets a `TuningCache` per cell, under the root the
+    flag sets."""
+    from studies.celo2_headline import evaluate
+
+    seen = {}
+
+    def fake_tune(optimizer, task, **kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(elo, "tune", fake_tune)
+    monkeypatch.setattr(evaluate, "TUNING_CACHE_ROOT", tmp_path / "cache")
+    path = (
+        tmp_path / "evaluation" / "shipped" / "celo2_published" / "gru-h32_mnist-rows-8x8@2000.json"
+    )
+    with pytest.raises(RuntimeError, match="stop here"):
+        evaluate.tune_cached(path, "adamw", "gru-h32_mnist-rows-8x8", 2000)
+    cache = seen["cache"]
+    assert isinstance(cache, elo.TuningCache)
+    assert Path(cache.directory) == tmp_path / "cache" / "shipped" / "celo2_published" / (
+        "gru-h32_mnist-rows-8x8@2000"
+    )
