@@ -18,6 +18,16 @@ def is_finite_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def positive_numbers(value: Any) -> tuple[float, ...] | None:
+    """`value` as a non-empty tuple of finite positive floats (parameter scales), or None when
+    it is not one (a string, a scalar, an empty or non-numeric sequence, a value <= 0)."""
+    if isinstance(value, str | bytes) or not isinstance(value, tuple | list):
+        return None
+    if not value or not all(is_finite_number(v) and v > 0 for v in value):
+        return None
+    return tuple(float(v) for v in value)
+
+
 def seed_tuple(seeds: Any) -> tuple[int, ...]:
     """`K` → seeds `0..K-1`; a sequence of seeds → a tuple; anything else a ValueError."""
     if isinstance(seeds, bool) or (isinstance(seeds, int) and seeds < 1):

@@ -418,6 +418,12 @@ def test_bad_validate_scales_are_refused(tmp_path, capsys, value):
     assert not (tmp_path / "config.json").exists()
 
 
+def test_validate_scales_without_validation_is_refused(tmp_path, capsys):
+    argv = ["meta-train", "--preset", "pes_small_fc_cpu", "--steps", "1", "--out", str(tmp_path)]
+    assert main([*argv, "--validate-scales", "1", "--validate-every", "0"]) == 2
+    assert "--validate-scales applies only when the run validates" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------------------------
 # presets
 

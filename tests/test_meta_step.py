@@ -80,7 +80,7 @@ def test_metrics_and_buffer_extend_horizons(sharded_run):
 
 
 @pytest.mark.slow
-def test_sharded_and_single_device_agree(sharded_run):
+def test_sharded_and_single_device_agree():
     steps = 3
     sharded, _ = run(small_elo_config(num_devices=4), steps)
     single, _ = run(small_elo_config(num_devices=1), steps)

@@ -9,7 +9,7 @@ import pytest
 import elo
 import elo._run._meta_train
 
-from .helpers import bitwise_equal, tiny_config, TINY_ELO_FIELDS
+from .helpers import bitwise_equal, tiny_config, TINY_ELO_FIELDS, without_runtime_type_checks
 
 
 STEPS = 4
@@ -151,6 +151,10 @@ def test_validation_settings_check_their_numbers():
         with pytest.raises(ValueError, match="scales = .* is invalid"):
             elo.ValidationSettings(5, scales=scales)
     assert elo.ValidationSettings(5, scales=[2.0]).scales == (2.0,)
+    with without_runtime_type_checks():  # what users without the type checker see
+        for scales in ("1", 1.0, ("a",)):
+            with pytest.raises(ValueError, match="scales = .* is invalid"):
+                elo.ValidationSettings(5, scales=scales)  # type: ignore[arg-type]
 
 
 def test_a_check_trains_at_the_settings_scales_and_records_them(tmp_path):
@@ -165,6 +169,13 @@ def test_a_check_trains_at_the_settings_scales_and_records_them(tmp_path):
     assert all(
         len(t["losses"]) == 1 and t["scales"] == [1.0] for t in record["validation"]["per_task"]
     )
+    # Resumed with the same checks: fine; with checks made otherwise: refused, saying how.
+    Validator(tmp_path, settings)
+    other = elo.ValidationSettings(1, num_steps=3, tasks=tasks)
+    with pytest.raises(ValueError, match=r"scales: \[1.0\] there, \[0.1, 1.0, 10.0\] now"):
+        Validator(tmp_path, other)
+    with pytest.raises(ValueError, match="num_steps: 3 there, 4 now"):
+        Validator(tmp_path, elo.ValidationSettings(1, num_steps=4, tasks=tasks, scales=(1.0,)))
 
 
 def test_the_environment_has_one_vocabulary():

@@ -19,7 +19,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._checks import is_int_at_least, seed_tuple
+from .._checks import is_int_at_least, positive_numbers, seed_tuple
 from .._custom_types import Params
 from ..optimizers._base import AbstractLearnedOptimizer
 from ..optimizers._optax import as_optax
@@ -139,9 +139,10 @@ def validate(
         raise TypeError(f"`lo` must be a learned optimizer, got {type(lo).__name__}.")
     if not is_int_at_least(num_steps, 1):
         raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}.")
-    scales = tuple(float(s) for s in scales)
-    if not scales or not all(math.isfinite(s) and s > 0 for s in scales):
+    checked = positive_numbers(list(scales) if isinstance(scales, tuple | list) else scales)
+    if checked is None:
         raise ValueError(f"scales must be a non-empty list of positive numbers, got {scales}.")
+    scales = checked
     seeds = seed_tuple(seeds)
     if isinstance(task, str):
         task = get_task(task, batch_size=batch_size, data_dir=data_dir)

@@ -313,9 +313,9 @@ def tune(
       [`elo.TuningCache`][]`("tuning/adamw")`) and take those already there: a tuning stopped
       part-way and run again with the same arguments trains only the values it had not
       finished. The values then train one at a time, in one compiled program (like the added
-      ones), so a stop loses at most one value's runs; the choice is the same as without it,
-      the numbers equal up to float32 rounding (values trained in a batch or alone are summed
-      in different orders).
+      ones), so a stop loses at most one value's runs. The runs are those of a tuning without
+      it up to float32 rounding (values trained in a batch or alone are summed in different
+      orders), which can change the choice only between values that are all but tied.
 
     **Returns:**
 
@@ -360,37 +360,40 @@ def tune(
         losses, measured = _train(
             task, make, jnp.asarray(grid_values, jnp.float32), keys, num_steps, eval_every, True
         )
-        losses, measured = jax.device_get((losses, measured))
-        sweep = tuple(
-            _evaluation(label, hyperparameter, v, run, losses[i], measured[i])
-            for i, v in enumerate(grid_values)
+        tuned = _tuned(
+            label,
+            hyperparameter,
+            grid_values,
+            run,
+            losses,
+            measured,
+            extend_edges=extend_edges,
+            schedule=shape,
+            select=select,
         )
-        one_value = None
-    else:
-        if not isinstance(cache, AbstractTuningCache):
-            raise TypeError(
-                f"cache must be an elo.TuningCache (or another elo.AbstractTuningCache), got "
-                f"{type(cache).__name__}."
-            )
-        key = {
-            "name": label,
-            "optimizer": _optimizer_identity(optimizer),
-            "hyperparameter": hyperparameter,
-            "schedule": shape,
-            "task": task_label(task),
-            "num_steps": num_steps,
-            "eval_every": eval_every,
-            "seeds": list(seed_values),
-        }
-        one_value = _CachedValue(cache, key, label, hyperparameter, run, make, keys)
-        sweep = tuple(one_value(v) for v in grid_values)
-    tuned = Tuned(
-        name=label,
-        hyperparameter=hyperparameter,
-        values=tuple(grid_values),
-        sweep=sweep,
-        selected=_select(sweep, select),
-        extended=(False,) * len(sweep),
+        return _extend(tuned, run, make, keys)
+    if not isinstance(cache, AbstractTuningCache):
+        raise TypeError(
+            f"cache must be an elo.TuningCache (or another elo.AbstractTuningCache), got "
+            f"{type(cache).__name__}."
+        )
+    key = {
+        "name": label,
+        "optimizer": _optimizer_identity(optimizer),
+        "hyperparameter": hyperparameter,
+        "schedule": shape,
+        "task": task_label(task),
+        "num_steps": num_steps,
+        "eval_every": eval_every,
+        "seeds": list(seed_values),
+    }
+    one_value = _CachedValue(cache, key, label, hyperparameter, run, make, keys)
+    sweep = tuple(one_value(v) for v in grid_values)
+    tuned = _tuned_from_sweep(
+        label,
+        hyperparameter,
+        grid_values,
+        sweep,
         extend_edges=extend_edges,
         schedule=shape,
         select=select,
@@ -453,6 +456,28 @@ def _tuned(
         _evaluation(label, hyperparameter, v, run, losses[i], measured[i])
         for i, v in enumerate(grid_values)
     )
+    return _tuned_from_sweep(
+        label,
+        hyperparameter,
+        grid_values,
+        sweep,
+        extend_edges=extend_edges,
+        schedule=schedule,
+        select=select,
+    )
+
+
+def _tuned_from_sweep(
+    label: str,
+    hyperparameter: str,
+    grid_values: list[float],
+    sweep: tuple[Evaluation, ...],
+    *,
+    extend_edges: int,
+    schedule: ScheduleShape | None,
+    select: Selection,
+) -> Tuned:
+    """A `Tuned` of the grid's evaluations (none added yet), chosen by `select`."""
     return Tuned(
         name=label,
         hyperparameter=hyperparameter,

@@ -9,6 +9,7 @@ from typing import Any
 
 import equinox as eqx
 
+from .._checks import positive_numbers
 from .._config import MetaConfig
 from .._evaluation._meta_validation import DEFAULT_SCALES, validate
 from .._files._optimizer_file import save_optimizer
@@ -18,8 +19,11 @@ from ..tasks import AbstractTask, get_task
 from ._metrics_file import read_validation
 
 
-def _scales(value: Sequence[float]) -> tuple[float, ...]:
-    return tuple(float(s) for s in value)
+def _scales(value: Sequence[float]) -> Any:
+    # Valid scales become a tuple of floats (a static field must hash; records show floats);
+    # anything else stays as given, for `__check_init__` to refuse by name.
+    checked = positive_numbers(value)
+    return value if checked is None else checked
 
 
 class ValidationSettings(eqx.Module):
@@ -51,9 +55,9 @@ class ValidationSettings(eqx.Module):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} = {value!r} is invalid: it must be a positive integer.")
-        if not self.scales or not all(math.isfinite(s) and s > 0 for s in self.scales):
+        if positive_numbers(self.scales) is None:
             raise ValueError(
-                f"scales = {self.scales!r} is invalid: it must be a non-empty sequence of "
+                f"scales = {self.scales!r} is invalid: it must be a non-empty tuple of "
                 "positive numbers, e.g. (1.0,)."
             )
 
@@ -83,9 +87,35 @@ class Validator:
             raise ValueError("Validator needs its tasks (see `validation_tasks`).")
         self.out, self.every, self.num_steps = out, settings.every, settings.num_steps
         self.tasks, self.scales = settings.tasks, settings.scales
-        scores = [r["validation"]["score"] for r in read_validation(out / METRICS_FILE)]
+        earlier = read_validation(out / METRICS_FILE)
+        for record in earlier:
+            self._check_comparable(record["validation"])
+        scores = [r["validation"]["score"] for r in earlier]
         self.best = min(scores) if scores else math.inf
         self.last: float | None = scores[-1] if scores else None
+
+    def _check_comparable(self, validation: dict[str, Any]) -> None:
+        """Refuse to resume a run whose earlier checks were made otherwise (another number of
+        steps, other scales or tasks): their scores would be compared with these."""
+        made = {
+            "num_steps": validation.get("num_steps"),
+            # Multi-task records before scales were recorded: the only scales there were.
+            "scales": validation.get("scales", list(DEFAULT_SCALES)),
+            "task": validation.get("task"),
+        }
+        here = {
+            "num_steps": self.num_steps,
+            "scales": list(self.scales),
+            "task": ",".join(t.name for t in self.tasks),
+        }
+        differing = [k for k in made if made[k] != here[k]]
+        if differing:
+            details = "; ".join(f"{k}: {made[k]!r} there, {here[k]!r} now" for k in differing)
+            raise ValueError(
+                f"{self.out}: this run's earlier validation checks were made otherwise "
+                f"({details}); resume it with the same validation settings (--validate-steps, "
+                "--validate-scales, --validate-task), or start a new run with --init-from."
+            )
 
     @property
     def scores(self) -> tuple[float, float] | None:

@@ -18,6 +18,8 @@ from .. import (
     use_cpu_cores,
     ValidationSettings,
 )
+from .._checks import positive_numbers
+from .._evaluation._meta_validation import DEFAULT_SCALES
 from .._run._meta_train import MAX_SEED
 from ..tasks import AbstractTask, get_task
 from ._common import CLIError, parse_overrides
@@ -162,10 +164,10 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--validate-scales",
-        default="0.1,1,10",
         metavar="S[,S...]",
-        help="the parameter scales of each validation check, comma-separated (0.1,1,10: as "
-        "meta-training augments; 1: the optimizer as users run it, at a third of the cost)",
+        help="the parameter scales of each validation check, comma-separated (default "
+        f"{','.join(f'{s:g}' for s in DEFAULT_SCALES)}: as meta-training augments; 1: the "
+        "optimizer as users run it, at a third of the cost)",
     )
     parser.add_argument(
         "--validate-task",
@@ -279,11 +281,15 @@ def validation_settings(
     if every == 0:
         if args.validate_task is not None and args.distributed:
             raise CLIError("--validate-task does not combine with --distributed (no validation).")
-        if args.validate_task is not None:
-            raise CLIError(
-                "--validate-task applies only when the run validates, and --validate-every 0 "
-                "turns validation off; drop one of them."
-            )
+        for flag, given in (
+            ("--validate-task", args.validate_task),
+            ("--validate-scales", args.validate_scales),
+        ):
+            if given is not None:
+                raise CLIError(
+                    f"{flag} applies only when the run validates, and --validate-every 0 "
+                    "turns validation off; drop one of them."
+                )
         return None
     if args.validate_steps < 1:
         raise CLIError(f"--validate-steps must be a positive integer, got {args.validate_steps}.")
@@ -292,7 +298,9 @@ def validation_settings(
             "--validate-every does not combine with --distributed; validate the run's "
             "checkpoints afterwards with elo.validate."
         )
-    scales = validate_scales(args.validate_scales)
+    scales = (
+        DEFAULT_SCALES if args.validate_scales is None else validate_scales(args.validate_scales)
+    )
     specs = [t for t in (args.validate_task or "").split(",") if t]
     if args.validate_task is not None and (not specs or len(set(specs)) != len(specs)):
         raise CLIError(
@@ -314,10 +322,10 @@ def validation_settings(
 def validate_scales(text: str) -> tuple[float, ...]:
     """`--validate-scales` as a tuple of positive numbers."""
     try:
-        scales = tuple(float(s) for s in text.split(","))
+        scales = positive_numbers([float(s) for s in text.split(",")])
     except ValueError:
-        scales = ()
-    if not scales or not all(math.isfinite(s) and s > 0 for s in scales):
+        scales = None
+    if scales is None:
         raise CLIError(
             f"--validate-scales takes positive numbers separated by commas (e.g. 1 or "
             f"0.1,1,10); got {text!r}."

@@ -59,6 +59,7 @@ and made again (the report leaves it out). Reported beside the verdicts, never i
 import argparse
 import contextlib
 import math
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -201,15 +202,28 @@ def tune_cached(
         if TUNING_CACHE_ROOT is None:
             tuned = elo.tune(optimizer, get_task(task_name), **protocol(horizon))
             return summarise(tuned, time.perf_counter() - started)
-        # --resumable: each value kept as it finishes; `seconds` is then this session's share.
-        where = TUNING_CACHE_ROOT / path.relative_to(path.parents[2]).with_suffix("")
-        cache = elo.TuningCache(where)
+        # --resumable: each value kept as it finishes; `seconds` is then the last session's
+        # share, and the result says so.
+        cache = elo.TuningCache(tuning_cache_dir(path))
         tuned = elo.tune(optimizer, get_task(task_name), **protocol(horizon), cache=cache)
-        return summarise(tuned, time.perf_counter() - started) | {"tuning_cache": str(where)}
+        summary = summarise(tuned, time.perf_counter() - started)
+        return summary | {"tuning_cache": True, "seconds_last_session_only": True}
 
     started = time.perf_counter()
     if cells_cache.cached(path, compute, required=required, log=log):
         log(f"{path.relative_to(path.parents[2])}: {time.perf_counter() - started:.0f} s")
+        if TUNING_CACHE_ROOT is not None:
+            # The cell is written: its values are no longer needed, and a later tuning of the
+            # cell (other weights, another schedule) must not meet them.
+            shutil.rmtree(tuning_cache_dir(path), ignore_errors=True)
+
+
+def tuning_cache_dir(path: Path) -> Path:
+    """Where --resumable keeps the values of the cell whose result is `path` (under
+    `TUNING_CACHE_ROOT`, at the result's path below `evaluation/`)."""
+    assert TUNING_CACHE_ROOT is not None
+    evaluation = next(p for p in path.parents if p.name == "evaluation")
+    return TUNING_CACHE_ROOT / path.relative_to(evaluation).with_suffix("")
 
 
 class TuningArgs(TypedDict):

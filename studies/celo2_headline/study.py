@@ -24,7 +24,7 @@ import elo
 from studies import common
 from studies.celo2_headline import run_stats, settings
 from studies.harness.resumable import steps_done, train_resumable
-from studies.harness.runs import RUN_SUMMARY
+from studies.harness.runs import RUN_SUMMARY, run_totals
 from studies.harness.stats import lowest as choose
 
 
@@ -108,7 +108,7 @@ def summarise(name: str, out: Path, results: Path, arm: str, seed: int, fields) 
     common.write_json(results / RUN_SUMMARY, run_stats.run_summary(out, name))
     elo.save_optimizer(results / "final_optimizer.eqx", elo.load_optimizer(out))
     shutil.copyfile(out / "best_optimizer.eqx", results / "best_optimizer.eqx")
-    totals = ("diverged", "nonfinite", "buffer_resumes", "fresh_resets", "nonfinite_grads")
+    totals = run_totals(records)
     common.write_json(
         results / "meta.json",
         {
@@ -117,11 +117,11 @@ def summarise(name: str, out: Path, results: Path, arm: str, seed: int, fields) 
             "seed": seed,
             "overrides": fields,
             "config": config,
-            "outer_steps": len(records),
-            "seconds_meta_steps": float(sum(r["seconds"] for r in records)),
+            "outer_steps": totals["outer_steps"],
+            "seconds_meta_steps": totals["seconds_meta_steps"],
             "seconds_validation": float(sum(r["seconds"] for r in checks)),
-            "totals": {k: int(sum(r.get(k) or 0 for r in records)) for k in totals},
-            "max_inner_step": int(max(r["max_inner_step"] for r in records)),
+            "totals": totals["totals"],
+            "max_inner_step": totals["max_inner_step"],
             "validation": [
                 {"step": r["step"], "score": r["validation"]["score"]}
                 | {

@@ -597,13 +597,30 @@ def test_resumable_tuning_keeps_each_value_in_a_cache_out_of_git(tmp_path, monke
 
     monkeypatch.setattr(elo, "tune", fake_tune)
     monkeypatch.setattr(evaluate, "TUNING_CACHE_ROOT", tmp_path / "cache")
-    path = (
-        tmp_path / "evaluation" / "shipped" / "celo2_published" / "gru-h32_mnist-rows-8x8@2000.json"
-    )
-    with pytest.raises(RuntimeError, match="stop here"):
-        evaluate.tune_cached(path, "adamw", "gru-h32_mnist-rows-8x8", 2000)
-    cache = seen["cache"]
-    assert isinstance(cache, elo.TuningCache)
-    assert Path(cache.directory) == tmp_path / "cache" / "shipped" / "celo2_published" / (
-        "gru-h32_mnist-rows-8x8@2000"
-    )
+    cell = "gru-h32_mnist-rows-8x8@2000"
+    for where in ("shipped/celo2_published", "runs/pes_celo2/s0/best", "decayed/elo_celo2/s0/best"):
+        path = tmp_path / "evaluation" / where / f"{cell}.json"
+        with pytest.raises(RuntimeError, match="stop here"):
+            evaluate.tune_cached(path, "adamw", "gru-h32_mnist-rows-8x8", 2000)
+        cache = seen["cache"]
+        assert isinstance(cache, elo.TuningCache)
+        # Each result its own directory: two arms' seed 0 never share one.
+        assert Path(cache.directory) == tmp_path / "cache" / where / cell
+
+
+def test_a_resumable_cells_values_are_removed_once_it_is_written(tmp_path, monkeypatch):
+    from studies.celo2_headline import evaluate
+
+    monkeypatch.setattr(evaluate, "TUNING_CACHE_ROOT", tmp_path / "cache")
+    path = tmp_path / "evaluation" / "baselines" / "adamw" / "quadratic@4.json"
+    left = evaluate.tuning_cache_dir(path)
+    left.mkdir(parents=True)
+    (left / "value_0.1.json").write_text("{}")
+
+    def fake_cached(path, compute, required=None, log=None):
+        common.write_json(path, {"made": True})
+        return True
+
+    monkeypatch.setattr(evaluate.cells_cache, "cached", fake_cached)
+    evaluate.tune_cached(path, "adamw", "quadratic-d4", 4)
+    assert common.load_json(path) == {"made": True} and not left.exists()

@@ -23,11 +23,14 @@ import elo
 from studies import common
 from studies.deployed_schedule import settings, warm_start
 from studies.harness.resumable import steps_done, train_resumable
-from studies.harness.runs import RUN_SUMMARY, run_summary
+from studies.harness.runs import RUN_SUMMARY, run_summary, run_totals
 from studies.harness.stats import lowest
 
 
 HERE = Path(__file__).parent
+
+
+UNFINISHED = "(a run failed: see runs/logs; or another driver holds one)"
 
 
 def log(message: str) -> None:
@@ -69,21 +72,16 @@ def meta_train_run(config: elo.MetaConfig, out: Path, start: dict[str, Any]) -> 
 
 def summarise(out: Path, results: Path, config: elo.MetaConfig, start: dict[str, Any]) -> None:
     """A finished run's `run_summary.json` and `meta.json` (its checks, config, totals)."""
-    records = elo.read_metrics(out)
     checks = elo.read_validation(out)
     results.mkdir(parents=True, exist_ok=True)
     common.write_json(results / RUN_SUMMARY, run_summary(out))
-    totals = ("diverged", "nonfinite", "buffer_resumes", "fresh_resets", "nonfinite_grads")
     common.write_json(
         results / "meta.json",
         {
             "config": json.loads((out / "config.json").read_text())["config"],
             "warm_start": start["winner"],
-            "outer_steps": len(records),
-            "seconds_meta_steps": float(sum(r["seconds"] for r in records)),
+            **run_totals(elo.read_metrics(out)),
             "seconds_checks": [float(r["seconds"]) for r in checks],
-            "totals": {k: int(sum(r.get(k) or 0 for r in records)) for k in totals},
-            "max_inner_step": int(max(r["max_inner_step"] for r in records)),
             "checks": [
                 {"step": r["step"], "score": r["validation"]["score"]}
                 | {t["task"]: t["score"] for t in r["validation"]["per_task"]}
@@ -94,8 +92,9 @@ def summarise(out: Path, results: Path, config: elo.MetaConfig, start: dict[str,
 
 
 def train(name: str, config: elo.MetaConfig, args, start: dict[str, Any]) -> bool:
-    """Run or resume one pilot run and summarise it; False when another driver has it."""
-    return train_resumable(
+    """Run or resume one pilot run and summarise it, then check the step-0 checks so far
+    (`check_step0`); False when another driver has it."""
+    mine = train_resumable(
         f"pilot/{name}",
         runs_dir=Path(args.runs_dir),
         results_dir=Path(args.results_dir),
@@ -104,6 +103,8 @@ def train(name: str, config: elo.MetaConfig, args, start: dict[str, Any]) -> boo
         summarise=lambda out, results: summarise(out, results, config, start),
         log=log,
     )
+    check_step0(Path(args.results_dir))
+    return mine
 
 
 def checks(results: Path, name: str) -> dict[int, float] | None:
@@ -139,10 +140,14 @@ def stage(results: Path, names: dict[Any, str]) -> dict[str, Any] | None:
     }
 
 
-def check_step0(decision: dict[str, Any]) -> None:
-    """rule.md §3: every run's step-0 check is the warm start's, the same number."""
-    stages = [decision[part] for part in ("rate", "resume") if decision.get(part)]
-    values = [v for done in stages for v in done["step0"].values()]
+def check_step0(results: Path) -> None:
+    """rule.md §3: every finished pilot run's step-0 check is the warm start's, the same
+    number. Checked after each run, so that a defect of the setup stops the pilot at once."""
+    values = [
+        c[0]
+        for path in sorted((results / "pilot").glob("*/meta.json"))
+        if (c := checks(results, path.parent.name)) is not None and 0 in c
+    ]
     if values and any(not math.isclose(v, values[0], rel_tol=settings.STEP0_RTOL) for v in values):
         raise SystemExit(
             f"the pilot's step-0 checks differ ({sorted(set(values))}): the runs did not all "
@@ -160,7 +165,7 @@ def decide(results: Path) -> dict[str, Any]:
         lr = decision["rate"]["chosen"]
         probabilities = {p: resume_run(lr, p) for p in settings.RESUME_PROBABILITIES}
         decision["resume"] = stage(results, probabilities)
-    check_step0(decision)
+    check_step0(results)
     if decision["rate"] is not None:
         step0 = next(iter(decision["rate"]["step0"].values()))
         decision["rate"]["below_warm_start"] = [
@@ -179,7 +184,7 @@ def run_pilot(args) -> None:
         return
     decision = decide(results)
     if decision["rate"] is None:
-        log("pilot: stage 1 is not finished (another driver holds a run)")
+        log(f"pilot: stage 1 is not finished {UNFINISHED}")
         return
     lr = decision["rate"]["chosen"]
     log(f"pilot stage 1 chose meta learning rate {lr:g}")
@@ -188,7 +193,7 @@ def run_pilot(args) -> None:
         train(resume_run(lr, p), config, args, start)
     decision = decide(results)
     if decision["resume"] is None:
-        log("pilot: stage 2 is not finished (another driver holds a run)")
+        log(f"pilot: stage 2 is not finished {UNFINISHED}")
         return
     decision |= {"warm_start": start["winner"], "environment": common.environment()}
     common.write_json(results / "pilot_decision.json", decision)

@@ -14,7 +14,8 @@ from studies.celo2_headline import settings as headline
 # config's warm-up + cosine step, weight decay 0.1, AdamW path at the same rate).
 OPTIMIZER_SETTINGS = dict(elo.presets.CELO2_REFERENCE_SETTINGS)
 # ELO's supervision schedule, as fractions of the budget: imitation for 10%, the learned
-# optimizer alone from 40%, no floor (the headline pilot's choice, `cpu_10_40`).
+# optimizer alone from 40%, no floor (the headline pilot's choice, `cpu_10_40`, which
+# `headline.preset_overrides` sets).
 ELO_SUPERVISION = headline.PILOT_SCHEDULES[headline.DEFAULT_SCHEDULE]
 METHODS = {"pes_celo2": "PES-Celo2", "elo_celo2": "ELO-Celo2 (Muon expert)"}
 
@@ -58,29 +59,19 @@ def config(
     """The `MetaConfig` of one run of this study: `method` (`pes_celo2`, `elo_celo2`) at the
     paper's width with the deployed optimizer settings, meta learning rate `learning_rate`
     (cosine to a tenth of it over `steps` outer steps) and, for ELO, its resume probability."""
-    fields: dict[str, Any] = dict(
-        optimizer_settings=OPTIMIZER_SETTINGS,
-        num_outer_steps=steps,
-        meta_learning_rate=learning_rate,
-        meta_final_learning_rate=learning_rate / 10,
-    )
-    if method == "pes_celo2":
-        if resume_probability is not None:
-            raise ValueError("PES-Celo2 has no resume buffer: resume_probability is ELO's.")
-        return elo.presets.pes_celo2(**fields)
-    if method != "elo_celo2":
+    if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: one of {', '.join(METHODS)}.")
-    if resume_probability is None:
+    if method == "pes_celo2" and resume_probability is not None:
+        raise ValueError("PES-Celo2 has no resume buffer: resume_probability is ELO's.")
+    if method == "elo_celo2" and resume_probability is None:
         raise ValueError("ELO-Celo2's runs name their resume probability (rule.md §4).")
-    start, end, floor = ELO_SUPERVISION
-    fields.update(
-        resume_probability=resume_probability,
-        supervision_start=0,
-        supervision_end=0,
-        supervision_start_fraction=start,
-        supervision_end_fraction=end,
-        direction_floor=floor,
-    )
+    # The headline's fields (budget, meta learning rate, ELO's supervision schedule), then
+    # this study's: the deployed optimizer settings and ELO's resume probability.
+    fields = headline.preset_overrides(method, learning_rate, headline.DEFAULT_SCHEDULE, steps)
+    fields["optimizer_settings"] = OPTIMIZER_SETTINGS
+    if method == "pes_celo2":
+        return elo.presets.pes_celo2(**fields)
+    fields["resume_probability"] = resume_probability
     return elo.presets.elo_celo2_deployed(**fields)
 
 

@@ -3,6 +3,7 @@ the rule's, the warm start is ship rule v2's ranking of six, and the pilot's sta
 rule.md §3-4 say."""
 
 import json
+import types
 
 import pytest
 
@@ -124,6 +125,22 @@ def test_step_0_checks_that_differ_stop_the_pilot(tmp_path):
     _finished(tmp_path, pilot.rate_run(1e-3), [1.001, 0.9, 0.9, 0.9])
     with pytest.raises(SystemExit, match="step-0 checks differ"):
         pilot.decide(tmp_path)
+
+
+def test_a_step_0_check_that_differs_stops_the_pilot_after_that_run(tmp_path, monkeypatch):
+    """Checked after each run, not only once a stage is complete: two finished runs suffice."""
+    _finished(tmp_path, pilot.rate_run(1e-4), [1.0, 0.9, 0.9, 0.9])
+    monkeypatch.setattr(
+        pilot,
+        "train_resumable",
+        lambda name, **kwargs: (
+            _finished(tmp_path, name.removeprefix("pilot/"), [1.5, 0.9, 0.9, 0.9]) or True
+        ),
+    )
+    args = types.SimpleNamespace(runs_dir=str(tmp_path / "runs"), results_dir=str(tmp_path))
+    config = settings.config("pes_celo2", 3e-4, settings.PILOT_STEPS)
+    with pytest.raises(SystemExit, match="step-0 checks differ"):
+        pilot.train(pilot.rate_run(3e-4), config, args, {"winner": "x", "path": tmp_path})
 
 
 def test_a_pilot_run_is_meta_train_from_the_warm_start_with_the_rules_checks(tmp_path, monkeypatch):

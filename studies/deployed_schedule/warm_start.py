@@ -77,8 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     record = choose(args.headline_results) | {"environment": common.environment()}
     path = args.results_dir / WARM_START
-    if path.is_file() and common.load_json(path)["winner"] != record["winner"]:
-        raise SystemExit(f"{path} already chose {common.load_json(path)['winner']}; not replaced.")
+    if path.is_file():
+        chosen = common.load_json(path)
+        if (chosen["winner"], chosen["sha256"]) != (record["winner"], record["sha256"]):
+            raise SystemExit(
+                f"{path} already chose {chosen['winner']} (SHA-256 {chosen['sha256'][:12]}); "
+                f"now {record['winner']} ({record['sha256'][:12]}): not replaced. Runs may "
+                "have started from it; amend rule.md to change the warm start."
+            )
     common.write_json(path, record)
     for name in settings.WARM_START_CANDIDATES:
         row = record["candidates"][name]

@@ -92,3 +92,18 @@ def run_summary(
         "sessions": elo.read_sessions(run_dir),
         "environment": environment(),
     }
+
+
+TOTALS = ("diverged", "nonfinite", "buffer_resumes", "fresh_resets", "nonfinite_grads")
+
+
+def run_totals(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a study's `meta.json` says of a finished run's outer steps (`elo.read_metrics`):
+    `outer_steps`, `seconds_meta_steps`, `totals` (each of `TOTALS` summed) and
+    `max_inner_step`."""
+    return {
+        "outer_steps": len(records),
+        "seconds_meta_steps": float(sum(r["seconds"] for r in records)),
+        "totals": {k: int(sum(r.get(k) or 0 for r in records)) for k in TOTALS},
+        "max_inner_step": int(max(r["max_inner_step"] for r in records)),
+    }
