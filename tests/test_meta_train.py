@@ -173,9 +173,10 @@ def test_a_check_trains_at_the_settings_scales_and_records_them(tmp_path):
     Validator(tmp_path, settings)
     other = elo.ValidationSettings(1, num_steps=3, tasks=tasks)
     with pytest.raises(ValueError, match=r"scales: \[1.0\] there, \[0.1, 1.0, 10.0\] now"):
-        Validator(tmp_path, other)
+        Validator(tmp_path, other)(state, 1)
+    longer = Validator(tmp_path, elo.ValidationSettings(1, num_steps=4, tasks=tasks, scales=(1.0,)))
     with pytest.raises(ValueError, match="num_steps: 3 there, 4 now"):
-        Validator(tmp_path, elo.ValidationSettings(1, num_steps=4, tasks=tasks, scales=(1.0,)))
+        longer.require_comparable()
 
 
 def test_the_environment_has_one_vocabulary():

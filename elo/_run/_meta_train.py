@@ -331,6 +331,8 @@ def _run(
     validator = None
     if validation is not None:
         validator = Validator(out, validation)
+        if start < total:  # rerunning a complete run only repeats its summary
+            validator.require_comparable()
         # A check due at the step the run starts from is made now when the metrics lack it:
         # step 0 of a new run, or a check that an interruption cut short (the checkpoint of
         # its step is saved on the way out, so the resumed loop would never come back to it).

@@ -88,15 +88,21 @@ class Validator:
         self.out, self.every, self.num_steps = out, settings.every, settings.num_steps
         self.tasks, self.scales = settings.tasks, settings.scales
         earlier = read_validation(out / METRICS_FILE)
-        for record in earlier:
-            self._check_comparable(record["validation"])
+        found = (self._incomparable(r["validation"]) for r in earlier)
+        self._refusal = next((message for message in found if message), None)
         scores = [r["validation"]["score"] for r in earlier]
         self.best = min(scores) if scores else math.inf
         self.last: float | None = scores[-1] if scores else None
 
-    def _check_comparable(self, validation: dict[str, Any]) -> None:
-        """Refuse to resume a run whose earlier checks were made otherwise (another number of
-        steps, other scales or tasks): their scores would be compared with these."""
+    def require_comparable(self) -> None:
+        """Raise a `ValueError` when the run's earlier checks were made otherwise (another
+        number of steps, other scales or tasks): their scores would be compared with this
+        validator's. `elo.meta_train` calls it before resuming a run that has steps left."""
+        if self._refusal is not None:
+            raise ValueError(self._refusal)
+
+    def _incomparable(self, validation: dict[str, Any]) -> str | None:
+        """Why an earlier check's scores do not compare with this validator's, or None."""
         made = {
             "num_steps": validation.get("num_steps"),
             # Multi-task records before scales were recorded: the only scales there were.
@@ -109,13 +115,14 @@ class Validator:
             "task": ",".join(t.name for t in self.tasks),
         }
         differing = [k for k in made if made[k] != here[k]]
-        if differing:
-            details = "; ".join(f"{k}: {made[k]!r} there, {here[k]!r} now" for k in differing)
-            raise ValueError(
-                f"{self.out}: this run's earlier validation checks were made otherwise "
-                f"({details}); resume it with the same validation settings (--validate-steps, "
-                "--validate-scales, --validate-task), or start a new run with --init-from."
-            )
+        if not differing:
+            return None
+        details = "; ".join(f"{k}: {made[k]!r} there, {here[k]!r} now" for k in differing)
+        return (
+            f"{self.out}: this run's earlier validation checks were made otherwise "
+            f"({details}); resume it with the same validation settings (--validate-steps, "
+            "--validate-scales, --validate-task), or start a new run with --init-from."
+        )
 
     @property
     def scores(self) -> tuple[float, float] | None:
@@ -126,6 +133,7 @@ class Validator:
         return step % self.every == 0 or step == total
 
     def __call__(self, state: MetaState, step: int, metrics_file: Any = None) -> float:
+        self.require_comparable()
         started = time.perf_counter()
         results = [
             validate(
