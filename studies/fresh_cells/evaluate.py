@@ -6,7 +6,9 @@
 
 One result file per (optimizer, cell): `results/<optimizer>/<task>@<horizon>.json`, written
 atomically and never made twice (`studies.harness.cells.cached`: a lock per file lets two
-drivers share the work; a killed driver loses at most the cell it was running). Cells run in
+drivers share the work). Each value of a cell is kept as it finishes (`elo.TuningCache` under
+`runs/tuning_cache/`, out of git), so a killed driver loses at most the value it was
+running and the same command resumes the cell. Cells run in
 `settings.CELLS`'s order, every optimizer on a cell before the next cell.
 
 Refuses to start while `celo2` is not shipped: the ship rule (`ship_rule.py`) picks it, and
@@ -14,6 +16,7 @@ shipping it is a reviewed commit made before the first fresh result (rule.md §3
 """
 
 import argparse
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +33,8 @@ from studies.harness.provenance import installed_weights_sha256
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
+# Each cell's values while it is tuned (`elo.TuningCache`), out of git.
+TUNING_CACHE = HERE / "runs" / "tuning_cache"
 
 
 def log(message: str) -> None:
@@ -141,12 +146,22 @@ def evaluate_cell(results: Path, optimizer: str, task_name: str, horizon: int) -
             extra = {"weights_sha256": installed_weights_sha256(optimizer)}
         else:
             subject, extra = optimizer, {"weight_decay": settings.WEIGHT_DECAY[optimizer]}
-        tuned = elo.tune(subject, get_task(task_name), name=optimizer, **tuning(optimizer, horizon))
+        tuned = elo.tune(
+            subject,
+            get_task(task_name),
+            name=optimizer,
+            cache=elo.TuningCache(values),
+            **tuning(optimizer, horizon),
+        )
         return summarise(tuned, time.perf_counter() - started) | extra
 
+    # Each value kept as it finishes (rule.md, amendment of 2026-11-29): a cell longer than a
+    # working session resumes; `seconds` is then the last session's share.
+    values = TUNING_CACHE / optimizer / f"{task_name}@{horizon}"
     started = time.perf_counter()
     if cells.cached(path, compute, log=log):
         log(f"{optimizer} {task_name}@{horizon}: {time.perf_counter() - started:.0f} s")
+        shutil.rmtree(values, ignore_errors=True)  # the cell is written: its values are done
 
 
 def optimizers(names: Sequence[str] | None) -> list[str]:

@@ -2,6 +2,7 @@
 tuned end to end at toy size (a tiny task stands in for the fresh cells)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -50,8 +51,21 @@ def test_a_cell_is_tuned_once_into_its_result(tmp_path, monkeypatch):
     monkeypatch.setattr(settings, "SWEEP_POINTS", 3)
     monkeypatch.setattr(settings, "EVAL_SEEDS", 2)
     monkeypatch.setattr(settings, "MAX_EDGE_EXTENSIONS", 1)
+    monkeypatch.setattr(evaluate, "TUNING_CACHE", tmp_path / "values")
+    tuned, real = [], elo.tune
+
+    def tune(*args, **kwargs):  # the values are kept while the cell is tuned
+        tuned.append(kwargs["cache"])
+        result = real(*args, **kwargs)
+        assert len(list(Path(kwargs["cache"].directory).glob("value_*.json"))) >= 3
+        return result
+
+    monkeypatch.setattr(elo, "tune", tune)
     evaluate.evaluate_cell(tmp_path, "small_fc_mnist8", task.name, 20)
     path = tmp_path / "small_fc_mnist8" / f"{task.name}@20.json"
+    (cache,) = tuned
+    assert Path(cache.directory) == tmp_path / "values" / "small_fc_mnist8" / f"{task.name}@20"
+    assert not Path(cache.directory).exists()  # removed once the cell is written
     result = json.loads(path.read_text())
     sweep = result["sweep"]
     assert len(sweep) in (3, 4) and sum(result["extended"]) == len(sweep) - 3
