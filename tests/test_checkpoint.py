@@ -27,7 +27,8 @@ def _step(state, t):
 @pytest.fixture(scope="module")
 def run():
     """A fresh state (as `like`) and the state after 3 outer steps."""
-    config = tiny_config()
+    # The file format does not depend on the task; test_meta_train.py runs the same config.
+    config = tiny_config(tasks=("quadratic-d4",))
     fresh = elo.init(config, key=jr.key(0))
     state = fresh
     for t in range(3):

@@ -72,7 +72,8 @@ def test_a_second_run_on_the_same_directory_is_refused(tmp_path, monkeypatch):
 
 
 def test_another_run_in_the_directory_is_refused_with_the_fix(tmp_path):
-    config = tiny_config()  # test_cli.py's run: the fast lane compiles its step once
+    # The quadratic tiny run of test_checkpoint.py: the fast lane compiles its step once.
+    config = tiny_config(tasks=("quadratic-d4",))
     out = tmp_path / "run"
     elo.meta_train(config, out, seed=0, checkpoint_every=4, progress=False)
     with pytest.raises(elo.RunDirError, match="cannot be extended.*init_from"):

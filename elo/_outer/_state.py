@@ -165,11 +165,12 @@ def init(
     check_key(key, "elo.init")
     if tasks is not None:
         config = config_with_tasks(config, tasks)
+    # The devices first: a run that cannot be placed fails before any data is loaded.
+    mesh = particle_mesh(config)
     lo_key, particles_key = jr.split(key)
     lo = build_learned_optimizer(config, key=lo_key)
     theta, _ = eqx.partition(lo, eqx.is_inexact_array)
     problems = build_problems(config, lo, tasks)
-    mesh = particle_mesh(config)
     # Particles are created where they live: each device computes only its own shard, from
     # the same key on every process (no process builds the whole array), with exactly the
     # sharding `meta_step` outputs, so the first call compiles the program the later ones use.
