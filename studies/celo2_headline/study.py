@@ -23,7 +23,7 @@ from typing import Any
 import elo
 from studies import common
 from studies.celo2_headline import run_stats, settings
-from studies.harness.resumable import steps_done, train_resumable
+from studies.harness.resumable import print_status, train_resumable
 from studies.harness.runs import RUN_SUMMARY, run_totals
 from studies.harness.stats import lowest as choose
 
@@ -231,13 +231,7 @@ def run_main(args) -> None:
 
 
 def status(args) -> None:
-    runs, results = Path(args.runs_dir), Path(args.results_dir)
-    for metrics in sorted(runs.glob("**/metrics.jsonl")):
-        run = metrics.parent
-        name = str(run.relative_to(runs))
-        total = json.loads((run / "config.json").read_text())["config"]["num_outer_steps"]
-        done = "summarised" if (results / name / "meta.json").is_file() else ""
-        print(f"{name:45s} {steps_done(run):6d} / {total:6d} {done}")
+    print_status(Path(args.runs_dir), Path(args.results_dir))
 
 
 def check_settings(results: Path) -> None:

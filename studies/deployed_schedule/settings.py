@@ -8,6 +8,7 @@ from typing import Any
 
 import elo
 from studies.celo2_headline import settings as headline
+from studies.fresh_cells import settings as fresh_cells
 
 
 # rule.md §1: the learned optimizer's settings in every run (the reference `elo_celo2.py`
@@ -26,15 +27,9 @@ VALIDATE_STEPS = 5000
 VALIDATE_SCALES = (1.0,)
 CHECKPOINT_EVERY = 250
 
-# rule.md §2: the warm start's candidates, in the order that breaks a tie.
-WARM_START_CANDIDATES = (
-    "pes_celo2/s0",
-    "pes_celo2/s1",
-    "pes_celo2/s2",
-    "elo_celo2/s0",
-    "elo_celo2/s1",
-    "elo_celo2/s2",
-)
+# rule.md §2: the warm start's candidates, in the order that breaks a tie: ship rule v2's
+# candidates that are headline main runs (`<arm>/s<seed>`), in its order.
+WARM_START_CANDIDATES = tuple(c for c in fresh_cells.SHIP_CANDIDATES if "/" in c)
 
 # rule.md §3-4: the pilot.
 PILOT_SEED = 200

@@ -9,6 +9,7 @@ run at a checkpoint and the driver after recording the segment; the same command
 """
 
 import contextlib
+import json
 import signal
 import time
 import traceback
@@ -26,6 +27,17 @@ def steps_done(run_dir: Path) -> int:
     """Outer steps a run directory has recorded (0 when it has none)."""
     records = elo.read_metrics(run_dir)
     return records[-1]["step"] if records else 0
+
+
+def print_status(runs_dir: Path, results_dir: Path) -> None:
+    """Where every run under `runs_dir` stands: outer steps done of its total, and whether its
+    summary is in `results_dir`."""
+    for metrics in sorted(runs_dir.glob("**/metrics.jsonl")):
+        run = metrics.parent
+        name = str(run.relative_to(runs_dir))
+        total = json.loads((run / "config.json").read_text())["config"]["num_outer_steps"]
+        done = "summarised" if (results_dir / name / "meta.json").is_file() else ""
+        print(f"{name:45s} {steps_done(run):6d} / {total:6d} {done}")
 
 
 def run_environment(out: Path, known: int) -> dict[str, Any]:
