@@ -32,7 +32,10 @@ from elo.cli._common import CLIError, parse_overrides
 from .helpers import bitwise_equal, tiny_cli_args, tiny_config, TINY_ELO_FIELDS
 
 
-TINY = tiny_cli_args()
+TASK = "quadratic-d4"
+"""The tiny runs' task: a quadratic compiles and trains in a fraction of an image task's time,
+and test_checkpoint.py's tiny run is the same program (one compilation in the fast lane)."""
+TINY = tiny_cli_args(tasks=(TASK,))
 STEPS = 8
 
 
@@ -134,7 +137,7 @@ def test_the_cli_validates_by_default_without_changing_the_run(straight, tmp_pat
 
     best = checks[scores.index(min(scores))]
     assert (
-        "Validation score of the learned optimizer alone (mlp-w32-d1_mnist-8x8x1, lower is "
+        f"Validation score of the learned optimizer alone ({TASK}, lower is "
         f"better): {scores[-1]:.4g} at outer step 8 (from {scores[0]:.4g} at outer step 0); "
         f"best {min(scores):.4g} at outer step {best['step']}, kept in "
         f"{out / 'best_optimizer.eqx'}."
@@ -142,7 +145,7 @@ def test_the_cli_validates_by_default_without_changing_the_run(straight, tmp_pat
     assert "Phase reached: alone (no expert: the learned optimizer alone" in captured.out
     command = captured.out.strip().splitlines()[-1].strip()
     chosen = out / "best_optimizer.eqx"
-    expected = f"elo evaluate {chosen} --task mlp-w32-d1_mnist-8x8x1 --steps 10 --baselines adamw"
+    expected = f"elo evaluate {chosen} --task {TASK} --steps 10 --baselines adamw"
     assert command == expected
 
     # Rerunning the complete run repeats the summary; --validate-every 0 turns validation off.
@@ -356,17 +359,15 @@ def _first_states(monkeypatch, sleep=None):
 
 @pytest.mark.slow
 def test_a_failed_start_leaves_nothing_that_blocks_the_corrected_command(tmp_path, capsys):
-    typo = [a.replace("mnist", "mnsit") for a in TINY]
+    typo = [a.replace("quadratic", "quadratc") for a in TINY]
     out = tmp_path / "run"
     args = ["--steps", str(STEPS), "--out", str(out), "--no-progress"]
     assert main(["meta-train", *typo, *args]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "mnsit" in err
+    assert err.count("\n") == 1 and "quadratc" in err
     assert not out.exists()  # not even a lock file
     assert main(["meta-train", *TINY, *args]) == 0
-    assert json.loads((out / "config.json").read_text())["config"]["tasks"] == [
-        "mlp-w32-d1_mnist-8x8x1"
-    ]
+    assert json.loads((out / "config.json").read_text())["config"]["tasks"] == [TASK]
 
     # A directory poisoned by an earlier start (an older elo wrote config.json before building
     # the tasks; or a start that died before its first checkpoint): the new settings take over
@@ -790,7 +791,7 @@ def test_a_check_cut_short_by_an_interruption_is_made_on_resume(tmp_path, monkey
     assert main(argv) == 0  # a complete run with all its checks makes none again
     assert [r["step"] for r in _records(out) if "validation" in r] == [0, 2, 4]
     best = min(checks, key=lambda r: (r["validation"]["score"], r["step"]))
-    task = "mlp-w32-d1_mnist-8x8x1"  # the run's only task, which its checks validate on
+    task = TASK  # the run's only task, which its checks validate on
     assert f"tasks={task}" in TINY
     again = elo.validate(load_optimizer(out / "best_optimizer.eqx"), task, num_steps=3)
     assert again.score == pytest.approx(best["validation"]["score"], rel=1e-6)
