@@ -1,9 +1,12 @@
 """Small helpers shared by the tests."""
 
 import contextlib
+import functools
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
+import jax.random as jr
 import jaxtyping
 import numpy as np
 
@@ -80,3 +83,46 @@ def without_runtime_type_checks():
         yield
     finally:
         jaxtyping.config.update("jaxtyping_disable", previous)
+
+
+def perturbed(lo):
+    """Non-initial weights (all leaves moved), so a round trip cannot pass by re-initialising."""
+    leaves = eqx.filter(lo, eqx.is_inexact_array)
+    noise = jax.tree.map(lambda x: 0.01 * jr.normal(jr.key(7), x.shape), leaves)
+    return eqx.apply_updates(lo, noise)
+
+
+def regression_data(n=120, features=2, seed=0):
+    """A small regression problem, y = sin(sum of x), split half / quarter / quarter."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, features)).astype(np.float32)
+    y = np.sin(x.sum(axis=1, keepdims=True)).astype(np.float32)
+    a, b = n // 2, 3 * n // 4
+    return {
+        "train": {"x": x[:a], "y": y[:a]},
+        "validation": {"x": x[a:b], "y": y[a:b]},
+        "test": {"x": x[b:], "y": y[b:]},
+    }
+
+
+def mse(model, batch):
+    """The mean squared error of `model` on a batch of `regression_data`."""
+    return jnp.mean((jax.vmap(model)(batch["x"]) - batch["y"]) ** 2)
+
+
+def mlp(key, features=2, width=8):
+    """A one-hidden-layer MLP for `regression_data`."""
+    return eqx.nn.MLP(features, 1, width, 1, key=key)
+
+
+def make_task(width=8, name="sine", **kwargs):
+    """A task on `regression_data`; `max_loss` is given (measuring it compiles a program)."""
+    data = kwargs.pop("data", None) or regression_data()
+    features = data["train"]["x"].shape[1]
+    model = (
+        mlp
+        if (features, width) == (2, 8)
+        else functools.partial(mlp, features=features, width=width)
+    )
+    kwargs.setdefault("max_loss", 3.0)
+    return elo.tasks.ModelTask(model, mse, data, batch_size=16, name=name, **kwargs)

@@ -286,3 +286,41 @@ def test_the_outside_rules_allow_the_public_api():
         "import subprocess\nsubprocess.run([sys.executable, 'benchmarks/x.py', '--worker'])"
     )
     assert _outside_violations(allowed) == []
+
+
+def _test_module_imports(source: str) -> list[str]:
+    """The test modules (`test_*`) a test file imports: a test file's helpers belong in
+    `tests/helpers.py`, so that collecting one test module never imports (and runs the
+    module-level code of) another."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            names = [module] + [f"{module}.{a.name}" for a in node.names]
+        if any(part.startswith("test_") for name in names for part in name.split(".")):
+            found.append(f"line {node.lineno}")
+    return found
+
+
+def test_test_files_do_not_import_each_other():
+    found = [
+        f"{path.relative_to(ROOT)} {line}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for line in _test_module_imports(path.read_text())
+    ]
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from .test_cli import TINY",
+        "from tests.test_model_task import make_task",
+        "import tests.test_x",
+    ],
+)
+def test_the_test_import_rule_catches_a_violation(source):
+    assert _test_module_imports(source)

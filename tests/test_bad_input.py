@@ -26,9 +26,10 @@ from elo._checks import check_key
 from elo._runtime._cpu import available_cores
 from elo.cli import main
 
-from .test_cli import TINY
+from .helpers import tiny_cli_args
 
 
+TINY = tiny_cli_args()
 ROOT = Path(__file__).resolve().parent.parent
 
 

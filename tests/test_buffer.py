@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
-import scipy.stats
 from hypothesis import given, settings
 
 import elo
@@ -157,6 +156,8 @@ def test_resume_probability(num_slots, num_pushes, seed):
 @settings(deadline=None, max_examples=15)
 @given(st.sampled_from([1, 2, 5]), st.integers(1, 8), st.integers(0, 2**31 - 1))
 def test_pop_is_uniform_over_filled_slots(num_slots, num_pushes, seed):
+    import scipy.stats  # a slow test's import, kept out of every test process's collection
+
     buffer = filled_buffer(num_slots, num_pushes)
     filled = int(buffer.num_filled)
     out, slot = pops(buffer, jax.random.key(seed))

@@ -9,7 +9,7 @@ from elo.cli import main
 
 FACTORIES = '''
 import elo
-from tests.test_model_task import make_task
+from tests.helpers import make_task
 
 
 def pair():

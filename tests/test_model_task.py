@@ -1,8 +1,6 @@
 """`elo.tasks.ModelTask`: any Equinox model as an inner problem, recorded by name and
 fingerprint."""
 
-import functools
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -14,40 +12,7 @@ import elo
 from elo._files._checkpoint import load, save
 from elo._files._framing import CheckpointError
 
-from .helpers import without_runtime_type_checks
-
-
-def regression_data(n=120, features=2, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, features)).astype(np.float32)
-    y = np.sin(x.sum(axis=1, keepdims=True)).astype(np.float32)
-    a, b = n // 2, 3 * n // 4
-    return {
-        "train": {"x": x[:a], "y": y[:a]},
-        "validation": {"x": x[a:b], "y": y[a:b]},
-        "test": {"x": x[b:], "y": y[b:]},
-    }
-
-
-def mse(model, batch):
-    return jnp.mean((jax.vmap(model)(batch["x"]) - batch["y"]) ** 2)
-
-
-def mlp(key, features=2, width=8):
-    return eqx.nn.MLP(features, 1, width, 1, key=key)
-
-
-def make_task(width=8, name="sine", **kwargs):
-    """A task on `regression_data`; `max_loss` is given (measuring it compiles a program)."""
-    data = kwargs.pop("data", None) or regression_data()
-    features = data["train"]["x"].shape[1]
-    model = (
-        mlp
-        if (features, width) == (2, 8)
-        else functools.partial(mlp, features=features, width=width)
-    )
-    kwargs.setdefault("max_loss", 3.0)
-    return elo.tasks.ModelTask(model, mse, data, batch_size=16, name=name, **kwargs)
+from .helpers import make_task, mlp, mse, regression_data, without_runtime_type_checks
 
 
 def tiny_config(**overrides):

@@ -248,7 +248,7 @@ def test_num_steps_is_traced(lo):
     cls=st.sampled_from(LOS),
 )
 def test_updates_finite(seed, log_scale, zero, cls):
-    lo = _LOS_BY_CLASS[cls]
+    lo = _lo_of_class(cls)
     params = make_params(seed % 7)
     grads = make_grads(seed, params, scale=10.0**log_scale)
     if zero == "one":
@@ -263,7 +263,11 @@ def test_updates_finite(seed, log_scale, zero, cls):
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(state))
 
 
-_LOS_BY_CLASS = {cls: cls(key=jax.random.key(5), init_lr=1e-3) for cls in LOS}
+@functools.cache
+def _lo_of_class(cls):
+    """One optimizer per class for the Hypothesis examples, built when first needed (not when
+    the module is collected: every test process collects it)."""
+    return cls(key=jax.random.key(5), init_lr=1e-3)
 
 
 @pytest.mark.slow

@@ -19,9 +19,7 @@ from elo._files._framing import CheckpointError
 from elo._files._pylo import export_pylo, import_pylo, pylo_state_dict
 from elo.optimizers._accumulators import accumulate
 
-from .helpers import without_runtime_type_checks
-from .test_checkpoint import bitwise_equal
-from .test_export import _perturbed
+from .helpers import bitwise_equal, perturbed, without_runtime_type_checks
 
 
 @eqx.filter_jit  # one program per shape: op by op, each of its operations would compile
@@ -69,7 +67,7 @@ def _torch_linear(x, weight, bias):
 
 @pytest.mark.slow
 def test_pylo_small_fc_layout_reproduces_the_network(tmp_path):
-    lo = _perturbed(elo.SmallFC(key=jr.key(3)))
+    lo = perturbed(elo.SmallFC(key=jr.key(3)))
     path = export_pylo(tmp_path / "exported", lo)
     assert path == tmp_path / "exported" / "model.safetensors"
     tensors = safetensors.numpy.load_file(path)
@@ -122,7 +120,7 @@ _CELO2_GROUPS = (1, 1, 1, 3, 1, 3, 1, 3, 1, 3, 3, 3, 3, 3)
 
 @pytest.mark.slow
 def test_pylo_celo2_layout_reproduces_the_network(tmp_path):
-    lo = _perturbed(elo.Celo2(key=jr.key(0), adam_lr_mult=5.0, peak_lr=3e-4, end_lr=3e-5))
+    lo = perturbed(elo.Celo2(key=jr.key(0), adam_lr_mult=5.0, peak_lr=3e-4, end_lr=3e-5))
     path = export_pylo(tmp_path / "celo2.safetensors", lo)
     assert path == tmp_path / "celo2.safetensors" and not (tmp_path / "config.json").exists()
     tensors = safetensors.numpy.load_file(path)
@@ -167,26 +165,27 @@ def test_pylo_celo2_layout_reproduces_the_network(tmp_path):
         np.testing.assert_allclose(y[..., 0], out["direction"], rtol=_RTOL, atol=_ATOL)
 
 
-@pytest.mark.parametrize(
-    "lo",
-    [
-        elo.SmallFC(key=jr.key(1)),
-        elo.SmallFC(key=jr.key(2), hidden_size=8, rms_decays=(0.95,)),
-        elo.Celo2(key=jr.key(3)),
-        elo.Celo2(key=jr.key(4), hidden_size=4),
-    ],
-    ids=["small_fc", "small_fc_h8", "celo2", "celo2_h4"],
-)
-def test_pylo_modules_load_the_export_and_match_elo(tmp_path, lo):
+# Built when a test runs, not when the module is collected (every test process collects it).
+_DEFAULT_OPTIMIZERS = {
+    "small_fc": lambda: elo.SmallFC(key=jr.key(1)),
+    "small_fc_h8": lambda: elo.SmallFC(key=jr.key(2), hidden_size=8, rms_decays=(0.95,)),
+    "celo2": lambda: elo.Celo2(key=jr.key(3)),
+    "celo2_h4": lambda: elo.Celo2(key=jr.key(4), hidden_size=4),
+}
+
+
+@pytest.mark.parametrize("name", list(_DEFAULT_OPTIMIZERS))
+def test_pylo_modules_load_the_export_and_match_elo(tmp_path, name):
     """PyLO's own modules (copied in `tests/pylo_modules.py`) load the file with
     `strict=True`, and map `elo`'s features to `elo`'s network outputs."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("huggingface_hub")
+    lo = _DEFAULT_OPTIMIZERS[name]()
     import safetensors.torch
 
     from .pylo_modules import CELO2_FEATURE_DIMS, CELO2MLP, MetaMLP
 
-    lo = _perturbed(lo)
+    lo = perturbed(lo)
     path = export_pylo(tmp_path / "exported", lo)
     metadata = _metadata(path)
     cls = {"MetaMLP": MetaMLP, "CELO2MLP": CELO2MLP}[metadata["pylo_model"]]
@@ -221,18 +220,26 @@ def test_pylo_modules_load_the_export_and_match_elo(tmp_path, lo):
 # Import: export -> import, PyLO-written files, hyperparameters, bad input.
 
 
-_OPTIMIZERS = [
-    elo.SmallFC(key=jr.key(0), step_mult=2e-3, use_cosine_schedule=True, cosine_steps=77),
-    elo.SmallFC(key=jr.key(1), hidden_size=8, rms_decays=(0.95,), weight_decay=0.01),
-    elo.Celo2(key=jr.key(2), adam_lr_mult=5.0, adam_weight_decay=0.1, peak_lr=3e-4),
-    elo.Celo2(key=jr.key(3), hidden_size=4, warmup_fraction=0.05, orthogonalize=False),
-]
-_IDS = ["small_fc", "small_fc_h8", "celo2", "celo2_h4"]
+# Built when a test runs, not when the module is collected (every test process collects it).
+_OPTIMIZERS = {
+    "small_fc": lambda: elo.SmallFC(
+        key=jr.key(0), step_mult=2e-3, use_cosine_schedule=True, cosine_steps=77
+    ),
+    "small_fc_h8": lambda: elo.SmallFC(
+        key=jr.key(1), hidden_size=8, rms_decays=(0.95,), weight_decay=0.01
+    ),
+    "celo2": lambda: elo.Celo2(
+        key=jr.key(2), adam_lr_mult=5.0, adam_weight_decay=0.1, peak_lr=3e-4
+    ),
+    "celo2_h4": lambda: elo.Celo2(
+        key=jr.key(3), hidden_size=4, warmup_fraction=0.05, orthogonalize=False
+    ),
+}
 
 
-@pytest.mark.parametrize("lo", _OPTIMIZERS, ids=_IDS)
-def test_export_then_import_is_bit_exact(tmp_path, lo):
-    lo = _perturbed(lo)
+@pytest.mark.parametrize("name", list(_OPTIMIZERS))
+def test_export_then_import_is_bit_exact(tmp_path, name):
+    lo = perturbed(_OPTIMIZERS[name]())
     directory = tmp_path / "hub"
     export_pylo(directory, lo)
     file = export_pylo(tmp_path / "lo.safetensors", lo)
@@ -297,7 +304,7 @@ def _write_like_pylo(directory, lo):
 def test_a_file_written_as_pylo_does_gives_the_same_updates(
     tmp_path, lo, pylo_defaults, elo_defaults
 ):
-    lo = _perturbed(lo)
+    lo = perturbed(lo)
     _write_like_pylo(tmp_path / "repo", lo)
     imported = import_pylo(tmp_path / "repo")
     expected = type(lo)(weights=lo.export_weights(), **pylo_defaults)
@@ -337,7 +344,7 @@ def test_a_file_written_by_pylos_torch_modules_gives_the_same_updates(tmp_path):
 
 
 def test_hyperparameters_from_pylo_config_and_keywords(tmp_path):
-    lo = _perturbed(elo.SmallFC(key=jr.key(6), step_mult=2e-3))
+    lo = perturbed(elo.SmallFC(key=jr.key(6), step_mult=2e-3))
     export_pylo(tmp_path / "a", lo)
     assert import_pylo(tmp_path / "a").step_mult == 2e-3
     assert import_pylo(tmp_path / "a", optimizer_config={"lr": 3e-4}).step_mult == 3e-4
@@ -457,7 +464,7 @@ def offline_hub(tmp_path, monkeypatch):
 
 
 def test_pretrained_reads_local_directories_and_hub_names(tmp_path, monkeypatch, offline_hub):
-    lo = _perturbed(elo.Celo2(key=jr.key(8), peak_lr=3e-4))
+    lo = perturbed(elo.Celo2(key=jr.key(8), peak_lr=3e-4))
     export_pylo(tmp_path / "hub" / "someone" / "elo-celo2", lo)
     assert bitwise_equal(elo.pretrained(tmp_path / "hub" / "someone" / "elo-celo2"), lo)
     assert bitwise_equal(
@@ -477,7 +484,7 @@ def test_pretrained_downloads_hub_names(tmp_path, monkeypatch):
     huggingface_hub = pytest.importorskip("huggingface_hub")
     from huggingface_hub.errors import EntryNotFoundError
 
-    lo = _perturbed(elo.SmallFC(key=jr.key(9)))
+    lo = perturbed(elo.SmallFC(key=jr.key(9)))
     export_pylo(tmp_path / "remote" / "someone" / "elo", lo)
     (tmp_path / "remote" / "someone" / "elo" / "config.json").unlink()
     calls = []
@@ -550,7 +557,7 @@ def test_hub_names_read_the_cache_when_the_hub_is_unreachable(
     unreachable_hub, tmp_path, monkeypatch
 ):
     huggingface_hub = pytest.importorskip("huggingface_hub")
-    lo = _perturbed(elo.SmallFC(key=jr.key(9)))
+    lo = perturbed(elo.SmallFC(key=jr.key(9)))
     export_pylo(tmp_path / "cache" / "someone" / "elo", lo)
     calls = []
 
@@ -589,7 +596,7 @@ def test_hub_names_offline_say_how_to_pass_a_local_directory(tmp_path, offline_h
 def test_cli_reaches_hub_names_through_pretrained(offline_hub, tmp_path, capsys):
     from elo.cli import main
 
-    lo = _perturbed(elo.SmallFC(key=jr.key(1)))
+    lo = perturbed(elo.SmallFC(key=jr.key(1)))
     export_pylo(tmp_path / "repo", lo)
     out = tmp_path / "e.json"
     task = ["--task", "quadratic-d4", "--steps", "5", "--seeds", "1", "--out", str(out)]
