@@ -51,16 +51,21 @@ def _release_compiled_programs():
         jax.clear_caches()
 
 
+@pytest.hookimpl(optionalhook=True)  # optional: `-p no:xdist` runs without the plugin
 def pytest_xdist_auto_num_workers(config):
     """`-n auto` (pyproject's `addopts`) starts, for the fast lane, one worker more than there
     are cores, capped by `--maxprocesses`: a worker waiting on a subprocess or a sleep leaves its
     core to the extra one. Measured on 2 cores (clean clone, 509 tests): 2 workers 5:11 and
-    5:13, 3 workers 4:39 and 4:04, 4 workers 4:59. Other lanes (an `-m` of their own: the slow
-    lane's tests are larger) get one worker per core. The cores are counted without importing
-    `elo`: this hook runs before jaxtyping's import hook is installed."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    fast_lane = config.getoption("markexpr") == "not slow"
-    return (cores or 1) + (1 if fast_lane else 0)
+    5:13, 3 workers 4:39, 4:04 and 4:37, 4 workers 4:59. Other lanes (an `-m` of their own: the
+    slow lane's tests are larger) and `PYTEST_XDIST_AUTO_NUM_WORKERS` get xdist's own count (one
+    worker per core)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or config.getoption("markexpr") != (
+        "not slow"
+    ):
+        return None
+    from elo._runtime._cpu import available_cores  # a cgroup CPU quota counts
+
+    return available_cores() + 1
 
 
 def pytest_unconfigure(config):

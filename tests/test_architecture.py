@@ -289,9 +289,9 @@ def test_the_outside_rules_allow_the_public_api():
 
 
 def _test_module_imports(source: str) -> list[str]:
-    """The test modules (`test_*`) a test file imports: a test file's helpers belong in
-    `tests/helpers.py`, so that collecting one test module never imports (and runs the
-    module-level code of) another."""
+    """The test modules (`test_*`) a file imports: the tests' shared helpers belong in
+    `tests/helpers.py` (a study's in a module of its own, e.g. `fake_results.py`), so that
+    collecting one test module never imports (and runs the module-level code of) another."""
     found = []
     for node in ast.walk(ast.parse(source)):
         names = []
@@ -308,7 +308,8 @@ def _test_module_imports(source: str) -> list[str]:
 def test_test_files_do_not_import_each_other():
     found = [
         f"{path.relative_to(ROOT)} {line}"
-        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for folder in ("tests", "studies")
+        for path in sorted((ROOT / folder).rglob("*.py"))
         for line in _test_module_imports(path.read_text())
     ]
     assert not found, "\n".join(found)
@@ -324,3 +325,11 @@ def test_test_files_do_not_import_each_other():
 )
 def test_the_test_import_rule_catches_a_violation(source):
     assert _test_module_imports(source)
+
+
+def test_the_test_import_rule_allows_helpers_and_packages():
+    allowed = (
+        "from .helpers import tiny_config\nimport pytest_xdist\nfrom hypothesis import given\n"
+        "from studies.celo2_headline.fake_results import tree\nimport tests.helpers"
+    )
+    assert _test_module_imports(allowed) == []

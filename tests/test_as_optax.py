@@ -9,7 +9,6 @@ import numpy as np
 import optax
 import pytest
 
-import elo
 from elo import as_optax, Celo2, SmallFC
 
 
@@ -361,7 +360,7 @@ def _past_end_problem():
     """A Celo2 with the deployed warm-up + cosine step (the reference `elo_celo2.py` config's,
     which decays to exactly 0 at `num_steps`) on a small problem; the state after a few updates,
     and a function setting its step counter."""
-    lo = elo.Celo2(key=jax.random.key(2), init_lr=0.0, end_lr=0.0, warmup_fraction=0.05)
+    lo = Celo2(key=jax.random.key(2), init_lr=0.0, end_lr=0.0, warmup_fraction=0.05)
     params = {"w": jax.random.normal(jax.random.key(0), (16, 8)), "b": jnp.zeros(8)}
     grads = jax.tree.map(lambda x: 0.1 * jax.random.normal(jax.random.key(1), x.shape), params)
     state = as_optax(lo, num_steps=END).init(params)

@@ -96,7 +96,8 @@ def test_the_progress_bar_names_the_phase_beside_alpha(straight, tmp_path, capsy
     as it starts, and the run ends by naming the phase it reached. Without an expert (the
     straight run, PES) the learned optimizer is alone throughout."""
     out = tmp_path / "elo"
-    args = [*tiny_cli_args(**TINY_ELO_FIELDS), "--steps", str(STEPS), "--out", str(out)]
+    elo_args = tiny_cli_args(tasks=(TASK,), **TINY_ELO_FIELDS)
+    args = [*elo_args, "--steps", str(STEPS), "--out", str(out)]
     assert main(["meta-train", *args]) == 0
     captured = capsys.readouterr()
     # alpha of outer steps 1..8 under the ramp from step 2 to 5 (TINY_ELO_FIELDS).

@@ -75,6 +75,8 @@ def test_the_shipped_celo2_carries_its_schedule_and_trains_a_held_out_task():
     hyperparameters = lo.hyperparameters()
     for key, value in record["schedule"]["hyperparameters"].items():
         assert hyperparameters[key] == value, key
+    # What README and `as_optax`'s docstring say: its step decays to exactly 0 at `num_steps`.
+    assert float(lo.learning_rate(19, 20)) == 0.0 < float(lo.learning_rate(18, 20))
     result = elo.evaluate(lo, "mlp-w64-d2_fashionmnist-8x8x1", num_steps=300, seeds=2)
     final, initial = result.final("test_loss")[0], float(np.mean(result.test_loss[:, 0]))
     assert np.isfinite(final) and final < 0.5 * initial

@@ -291,20 +291,20 @@ def _write_like_pylo(directory, lo):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "lo, pylo_defaults, elo_defaults",
+    "make, pylo_defaults, elo_defaults",
     [
         # ELO_naive's defaults are SmallFC's.
-        (elo.SmallFC(key=jr.key(4)), {}, None),
+        (lambda: elo.SmallFC(key=jr.key(4)), {}, None),
         # ELO_CELO2_naive runs with weight decay 0.1 and AdamW at 1x the rate; Celo2's own
         # defaults (no decay, 20x) give other updates.
-        (elo.Celo2(key=jr.key(5)), {"weight_decay": 0.1, "adam_lr_mult": 1.0}, {}),
+        (lambda: elo.Celo2(key=jr.key(5)), {"weight_decay": 0.1, "adam_lr_mult": 1.0}, {}),
     ],
     ids=["small_fc", "celo2"],
 )
 def test_a_file_written_as_pylo_does_gives_the_same_updates(
-    tmp_path, lo, pylo_defaults, elo_defaults
+    tmp_path, make, pylo_defaults, elo_defaults
 ):
-    lo = perturbed(lo)
+    lo = perturbed(make())  # built when the test runs, not when the module is collected
     _write_like_pylo(tmp_path / "repo", lo)
     imported = import_pylo(tmp_path / "repo")
     expected = type(lo)(weights=lo.export_weights(), **pylo_defaults)

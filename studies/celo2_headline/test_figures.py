@@ -8,7 +8,7 @@ import pytest
 
 from studies import common
 from studies.celo2_headline import figures, report, settings, shipped_report
-from studies.celo2_headline.test_report import _shipped, _tree, KEYS
+from studies.celo2_headline.fake_results import KEYS, shipped as _shipped, tree as _tree
 
 
 @pytest.fixture(autouse=True)
@@ -92,12 +92,13 @@ def test_the_series_are_nan_where_a_value_is_missing_or_diverged(tmp_path):
 
 
 def test_item_1s_curves_are_drawn_from_the_summary(tmp_path, monkeypatch):
-    from studies.celo2_headline import test_horizon_report as item1
+    from studies.celo2_headline import fake_results as item1  # item 1: the 30K-step curves
 
     _tree(tmp_path)
     fashion, cifar = settings.LONG_HORIZON_TASKS
-    pes = [item1._result(item1.RISING)] * 3 + [item1._result(item1.FLAT)] * 2
-    item1._tree(tmp_path, {fashion: pes, cifar: pes}, elo=[item1._result(item1.FLAT)] * 5)
+    pes = [item1.horizon_result(item1.RISING)] * 3 + [item1.horizon_result(item1.FLAT)] * 2
+    flat = [item1.horizon_result(item1.FLAT)] * 5
+    item1.horizon_tree(tmp_path, {fashion: pes, cifar: pes}, elo=flat)
     summary = report.report(tmp_path)
     drawn = []
     figures._pyplot()  # the Agg backend, before matplotlib.axes is imported here

@@ -3,58 +3,21 @@ against the curve's own lowest point, PES fails on a task on one divergence or t
 rises, a verdict is pending only while a missing result could change it, and the added cell
 follows the rule's order (more failing checkpoints, then the smaller network)."""
 
-import json
 import math
-from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
 
 from studies.celo2_headline import horizon_report, report, settings
+from studies.celo2_headline.fake_results import (
+    FLAT,
+    horizon_result as _result,
+    horizon_tree as _tree,
+    RISING,
+)
 
 
 FASHION, CIFAR = settings.LONG_HORIZON_TASKS
-STEPS = list(range(0, settings.LONG_HORIZON + 1, 3000))
-
-
-def _result(curve: Sequence[float | None], diverged: bool = False, selected: int = 3) -> dict:
-    """A tuned result at 30K steps whose chosen setting's mean test-loss curve is `curve`."""
-    values = [10.0 ** (k / 3 - 1) for k in range(7)]
-    test = curve[-1]
-    return {
-        "value": values[selected],
-        "selected": selected,
-        "test_loss": test,
-        "diverged": diverged,
-        "sweep": [{"value": v, "validation_loss": 1.0, "test_loss": 1.0} for v in values],
-        "steps": STEPS[: len(curve)],
-        "test_loss_curve": list(curve),
-        "environment": {"commit": "abc1234"},
-    }
-
-
-FLAT = [2.0, 1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.5, 0.5, 0.5, 0.5]  # no rise
-RISING = [2.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.6]  # +20% over its low point
-
-
-def _write(evaluation: Path, name: str, task: str, data: dict) -> None:
-    path = evaluation / "horizon" / name / f"{task}@{settings.LONG_HORIZON}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
-
-
-def _tree(tmp_path: Path, pes: dict[str, list[dict]], elo: list[dict] | None = None) -> Path:
-    """AdamW (FLAT, test 0.5) on both tasks; PES's results per task as given (seed = index);
-    ELO's, if given, on both tasks."""
-    evaluation = tmp_path / "evaluation"
-    for task in settings.LONG_HORIZON_TASKS:
-        _write(evaluation, "adamw", task, _result(FLAT))
-        for seed, data in enumerate(pes.get(task, [])):
-            _write(evaluation, f"pes_s{seed}", task, data)
-        for seed, data in enumerate(elo or []):
-            _write(evaluation, f"elo_s{seed}", task, data)
-    return evaluation
 
 
 def test_late_rise_is_measured_against_the_curves_own_lowest_point():

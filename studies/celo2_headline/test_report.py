@@ -6,99 +6,33 @@ import importlib.util
 import json
 import math
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from studies import common
-from studies.celo2_headline import report, settings, shipped_report
+from studies.celo2_headline import report, shipped_report
+from studies.celo2_headline.fake_results import (
+    ADAMW,
+    KEYS,
+    LONG,
+    noise as _noise,
+    report_result as _result,
+    shipped as _shipped,
+    standard as _standard,
+    tree as _tree,
+    write as _write,
+)
 
 
-ADAMW = 1.0
 # The package's folder of shipped optimizers, before the fixture below replaces it.
 REAL_PRETRAINED = shipped_report.PRETRAINED
-KEYS = [report.cell_key(c) for c in settings.cells()]
-LONG = report.long_horizon_keys()
-# loss(optimizer, seed, checkpoint, key): an optimizer is a baseline's name (seed and checkpoint
-# None) or an arm.
-Loss = Callable[[str, int | None, str | None, str], float | None]
-
-
-def _result(loss: float | None, diverged: bool, default: float | None, commit: str) -> dict:
-    return {
-        "value": 0.01,
-        "test_loss": loss,
-        "diverged": diverged,
-        "default_test_loss": default,
-        "default_diverged": False,
-        "sweep": [],
-        "steps": [0, 1],
-        "test_loss_curve": [2.0, loss],
-        "environment": {"commit": commit},
-    }
-
-
-def _write(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
-
-
-def _noise(seed: int) -> float:
-    return 0.01 * (seed - 1)  # -0.01, 0, 0.01: paired intervals of width ~0.025
-
-
-def _standard(opt: str, seed: int | None, checkpoint: str | None, key: str) -> float | None:
-    """AdamW 1.0, Muon 0.95, SGD 1.2; ELO-Celo2 0.9 (below AdamW and 0.1 below PES-Celo2 on
-    every cell), PES-Celo2 1.0, the small_fc arms 1.1 and 1.2."""
-    base = {"adamw": ADAMW, "muon": 0.95, "sgd": 1.2, "elo_celo2": 0.9, "pes_celo2": 1.0}
-    base |= {"elo_small_fc": 1.1, "pes_small_fc": 1.2}
-    return base[opt] + (0.0 if seed is None else _noise(seed))
-
-
-def _tree(
-    root: Path,
-    loss: Loss = _standard,
-    diverged: Callable[[str, int, str], bool] = lambda arm, seed, key: False,
-    default: Callable[[str, str], float] = lambda arm, key: 1.0,
-    commit: str = "abc1234",
-) -> Path:
-    """A full synthetic results directory; returns its evaluation folder."""
-    evaluation = root / "evaluation"
-    for key in KEYS:
-        for name in settings.BASELINES:
-            result = _result(loss(name, None, None, key), False, 1.0, commit)
-            _write(evaluation / "baselines" / name / f"{key}.json", result)
-        for arm in settings.ARMS:
-            for seed in settings.MAIN_SEEDS:
-                for checkpoint in report.CHECKPOINTS:
-                    value = loss(arm, seed, checkpoint, key)
-                    result = _result(value, diverged(arm, seed, key), default(arm, key), commit)
-                    path = evaluation / "runs" / arm / f"s{seed}" / checkpoint / f"{key}.json"
-                    _write(path, result)
-    return evaluation
 
 
 @pytest.fixture(autouse=True)
 def _no_package_optimizers(tmp_path_factory, monkeypatch):
     """Every test sees only the shipped optimizers it makes, not those of the package."""
     monkeypatch.setattr(shipped_report, "PRETRAINED", tmp_path_factory.mktemp("pretrained"))
-
-
-def _shipped(
-    root: Path,
-    name: str,
-    default: Callable[[str], float | None] = lambda key: 1.2,
-    tuned: float = 0.9,
-    keys: list[str] = KEYS,
-    default_diverged: Callable[[str], bool] = lambda key: False,
-    commit: str = "5b1pped",
-) -> None:
-    """Results of the shipped optimizer `name` (tuned multiplier 2) on `keys`."""
-    for key in keys:
-        result = _result(tuned, False, default(key), commit)
-        result |= {"value": 2.0, "default_diverged": default_diverged(key)}
-        _write(root / "evaluation" / "shipped" / name / f"{key}.json", result)
 
 
 def test_the_cells_and_the_six_long_horizon_cells_are_the_protocols():
