@@ -284,8 +284,9 @@ def as_optax(
     on. (An infinite gradient overflows the statistics of its tensor.)
 
     **Past `num_steps`.** The learned optimizer's schedule ends at `num_steps`: the shipped
-    Celo2s ([`elo.pretrained`][]`("celo2_8x8")`) decay their step to exactly 0 there, so a run
-    given its length in epochs, or resumed with a fresh count, would silently stop training.
+    Celo2s ([`elo.pretrained`][]`("celo2")`, `"celo2_published"`) decay their step to exactly 0
+    there, so a run given its length in epochs, or resumed with a fresh count, would silently
+    stop training.
     `after_end` says what updates numbered `num_steps` and later do:
 
     - `"warn"` (default): as `"stop"`, and a `UserWarning` the first time it happens (once
@@ -296,7 +297,7 @@ def as_optax(
       that decays to 0 the parameters stop moving; with a constant one (`small_fc_mnist8`'s)
       they keep moving at it.
     - `"hold"`: each update is computed as that of the last step whose learning rate is
-      nonzero. After a cosine decay to 0 that step is tiny (for `celo2_8x8` and
+      nonzero. After a cosine decay to 0 that step is tiny (for `celo2` and
       `num_steps=1000`, about $3 \\cdot 10^{-6}$ of its peak): the way to keep training is to
       give `num_steps` the real length of the run.
     - `"error"`: raise. Called eagerly, `update` raises a `ValueError`; compiled, it raises
