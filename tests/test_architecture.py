@@ -213,12 +213,8 @@ def _outside_violations(source: str) -> list[str]:
                 if isinstance(target, ast.Name):
                     assigned.setdefault(target.id, []).append(node.value)
     for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        for name in names:
+        absolute = not isinstance(node, ast.ImportFrom) or node.level == 0
+        for name in _imported_names(node) if absolute else []:
             parts = name.split(".")
             if parts[0] == "elo" and any(p.startswith("_") for p in parts[1:]):
                 found.append(f"line {node.lineno}: imports private {name}")
@@ -238,6 +234,17 @@ def _outside_violations(source: str) -> list[str]:
             if elo or any(a == "-m" and b.split(".")[0] == "elo" for a, b in zip(words, words[1:])):
                 found.append(f"line {node.lineno}: runs elo in a subprocess")
     return found
+
+
+def _imported_names(node: ast.AST) -> list[str]:
+    """What an import statement names: `import a.b` gives `a.b`; `from a import b` gives `a`
+    and `a.b` (a relative import's module without its dots); any other node, nothing."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        module = node.module or ""
+        return [module] + [f"{module}.{a.name}" for a in node.names]
+    return []
 
 
 def _is_subprocess_call(func: ast.expr) -> bool:
@@ -292,17 +299,11 @@ def _test_module_imports(source: str) -> list[str]:
     """The test modules (`test_*`) a file imports: the tests' shared helpers belong in
     `tests/helpers.py` (a study's in a module of its own, e.g. `fake_results.py`), so that
     collecting one test module never imports (and runs the module-level code of) another."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            module = node.module or ""
-            names = [module] + [f"{module}.{a.name}" for a in node.names]
-        if any(part.startswith("test_") for name in names for part in name.split(".")):
-            found.append(f"line {node.lineno}")
-    return found
+    return [
+        f"line {node.lineno}"
+        for node in ast.walk(ast.parse(source))
+        if any(p.startswith("test_") for name in _imported_names(node) for p in name.split("."))
+    ]
 
 
 def test_test_files_do_not_import_each_other():
