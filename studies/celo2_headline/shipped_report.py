@@ -84,16 +84,23 @@ def shipped_status(present: int, of: int) -> str:
 
 
 def shipped_optimizer(
-    folder: Path, adamw: dict[str, float | None], digest: str | None = None
+    folder: Path,
+    adamw: dict[str, float | None],
+    digest: str | None = None,
+    schedule: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One shipped optimizer's results in `folder` on every cell (`adamw`: tuned AdamW's value
     by cell): per cell `shipped_cell`, its status, and the cells where its default works. With
     `digest` (`weights_digest`), a result made with other weights (its `weights_sha256` differs
-    or is absent) is stale: left out, as if missing, and counted."""
+    or is absent) is stale: left out, as if missing, and counted; with `schedule`, so is one
+    made with another step schedule (its `lo_schedule`)."""
     found = {k: folder / f"{k}.json" for k in adamw if (folder / f"{k}.json").is_file()}
     loaded = {k: common.load_json(path) for k, path in found.items()}
     results = {
-        k: r for k, r in loaded.items() if digest is None or r.get("weights_sha256") == digest
+        k: r
+        for k, r in loaded.items()
+        if (digest is None or r.get("weights_sha256") == digest)
+        and (schedule is None or r.get("lo_schedule") == schedule)
     }
     cells = {k: shipped_cell(results.get(k), reference) for k, reference in adamw.items()}
     works = [c["default_works"] for c in cells.values()]
@@ -116,15 +123,38 @@ def _adamw_by_cell(cells: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     return {k: row["adamw"]["value"] if row["adamw"] else None for k, row in cells.items()}
 
 
+def candidate_source(evaluation: Path, name: str) -> tuple[str, dict[str, Any]] | None:
+    """Where a shipped optimizer chosen by ship rule v2 (`studies/fresh_cells/rule.md` §3) has
+    its headline results, when `evaluate.py shipped` never made any for it: its record names
+    the candidate it ships (`candidate`, e.g. `pes_celo2/s0`) and the step schedule it ships
+    with, and the candidate's decayed evaluation (`decayed/<candidate>/best/`) tuned those
+    weights with that schedule. Returns that folder (relative to `evaluation`) and the schedule
+    its results must record; None for an optimizer with results of its own or no candidate."""
+    record = PRETRAINED / f"{name}.json"
+    if (evaluation / "shipped" / name).is_dir() or not record.is_file():
+        return None
+    data = common.load_json(record)
+    candidate, schedule = data.get("candidate"), data.get("schedule")
+    if not candidate or not isinstance(schedule, dict):
+        return None
+    return f"decayed/{candidate}/best", schedule.get("hyperparameters", {})
+
+
 def summarise(evaluation: Path, cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Every shipped optimizer (`shipped_names`) on every cell of the report's per-cell rows
-    (`cells`), beside tuned AdamW's value there."""
+    (`cells`), beside tuned AdamW's value there: its `shipped/<name>/` results, or for a ship
+    rule v2 winner its candidate's decayed results (`candidate_source`, named in `source`)."""
     adamw = _adamw_by_cell(cells)
-    folder = evaluation / "shipped"
-    return {
-        name: shipped_optimizer(folder / name, adamw, weights_digest(name))
-        for name in shipped_names(evaluation)
-    }
+    out = {}
+    for name in shipped_names(evaluation):
+        source = candidate_source(evaluation, name)
+        if source is None:
+            entry = shipped_optimizer(evaluation / "shipped" / name, adamw, weights_digest(name))
+            out[name] = entry | {"source": f"shipped/{name}"}
+        else:
+            entry = shipped_optimizer(evaluation / source[0], adamw, schedule=source[1])
+            out[name] = entry | {"source": source[0]}
+    return out
 
 
 def _shipped_result(path: Path, digest: str | None) -> dict[str, Any] | None:
@@ -242,6 +272,11 @@ def markdown(ships: dict[str, Any], cells: dict[str, dict[str, Any]]) -> list[st
         f"{s['default_step']['works']} of {s['default_step']['judged']} judged cells "
         f"(of {s['default_step']['of']})"
         + (f"; {s['stale']} stale results (made with other weights) left out" if s["stale"] else "")
+        + (
+            f"; its results are those of the candidate it ships, `{s['source']}/`"
+            if s.get("source", f"shipped/{n}") != f"shipped/{n}"
+            else ""
+        )
         for n, s in ships.items()
     ]
     return common.md_table(header, rows) + totals + [""]

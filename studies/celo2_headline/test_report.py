@@ -595,3 +595,38 @@ def test_a_shipped_default_is_judged_only_against_finite_figures():
     assert shipped_report.shipped_cell(result, adamw=None)["default_works"] is None
     diverged = dict(result, default_test_loss=None, default_diverged=True)
     assert shipped_report.shipped_cell(diverged, adamw=0.5)["default_works"] is False
+
+
+def test_a_ship_rule_winner_is_reported_with_its_candidates_decayed_results(tmp_path, monkeypatch):
+    """`celo2` ships ship rule v2's winner (its record's `candidate`) with a warm-up + cosine
+    step, and has no `shipped/celo2/` results: its headline cells are the candidate's decayed
+    ones, those made with the schedule it ships with; one made with another schedule is stale."""
+    schedule = {"init_lr": 0.0, "end_lr": 0.0, "warmup_fraction": 0.05}
+    package = tmp_path / "package"
+    package.mkdir()
+    # A seed no main run has, so that the decayed section (test_decayed_report's) reads nothing.
+    record = {"candidate": "pes_celo2/s9", "schedule": {"hyperparameters": schedule}}
+    (package / "celo2_won.json").write_text(json.dumps(record))
+    (package / "celo2_won.eqx").write_bytes(b"weights")
+    monkeypatch.setattr(shipped_report, "PRETRAINED", package)
+    evaluation = _tree(tmp_path)
+    folder = evaluation / "decayed" / "pes_celo2" / "s9" / "best"
+    folder.mkdir(parents=True)
+    for i, key in enumerate(KEYS):
+        other = {"init_lr": 0.0, "end_lr": 0.0, "warmup_fraction": 0.0}
+        result = _result(0.9, False, 1.2, "dec4yed") | {"value": 2.0, "selected": 1}
+        sweep = [{"validation_loss": 1.1}, {"validation_loss": 0.8}]
+        result |= {"default_index": 0, "sweep": sweep}
+        result |= {"lo_schedule": other if i == 0 else schedule}
+        (folder / f"{key}.json").write_text(json.dumps(result))
+    summary = report.summarise(tmp_path)
+    entry = summary["shipped"]["celo2_won"]
+    assert entry["source"] == "decayed/pes_celo2/s9/best"
+    assert (entry["present"], entry["stale"]) == (13, 1)
+    assert entry["status"] == "incomplete: 13 of 14 cells present"
+    assert not entry["cells"][KEYS[0]]["present"]
+    assert entry["cells"][KEYS[1]]["ratio_default_adamw"] == pytest.approx(1.2 / 1.0)
+    text = report.markdown(summary)
+    assert "its results are those of the candidate it ships, `decayed/pes_celo2/s9/best/`" in text
+    (evaluation / "shipped" / "celo2_won").mkdir(parents=True)  # results of its own win
+    assert report.summarise(tmp_path)["shipped"]["celo2_won"]["source"] == "shipped/celo2_won"
