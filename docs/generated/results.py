@@ -52,6 +52,7 @@ def facts() -> dict[str, Any]:
     ablation = _load("ablation_small_fc/results/summary.json")
     language = _load("language_model/results/tuned_2000.json")
     specialise = _load("specialise/results/summary.json")
+    fresh = _load("fresh_cells/results/summary.json")["verdict"]
     finals = {o["name"]: o["final_test_loss"] for o in language["optimizers"]}
     target = finals.pop(language["target"])
     # The optimizers the package ships now, with their default step's count where the headline
@@ -92,6 +93,7 @@ def facts() -> dict[str, Any]:
         "specialise_seeds": {
             len(row["after_test_loss_per_meta_seed"]) for row in specialise["sources"].values()
         },
+        "fresh": fresh,
         "speed": json.loads((ROOT / "benchmarks/results/speed_vs_reference.json").read_text()),
         "specialise_lower": {
             name: row["after_minus_before"]["mean"] < 0
@@ -145,6 +147,18 @@ def index_table(f: dict[str, Any]) -> str:
         f"**Not within {f['specialise_steps']} outer steps** on a sine regression, for either "
         f"shipped optimizer ({min(f['specialise_seeds'])} meta-seeds each)"
     )
+    fresh = f["fresh"]
+    if fresh["verdict"] == "pending":
+        fresh_text = (
+            f"**Pending**: {fresh['cells_with_both']} of {fresh['of']} cells evaluated; met if "
+            f"`celo2` is at or below tuned AdamW on at least {fresh['needed']} of {fresh['of']} "
+            "(registered before any result)"
+        )
+    else:
+        fresh_text = (
+            f"**{fresh['verdict'].capitalize()}**: `celo2` at or below tuned AdamW on "
+            f"{fresh['at_or_below']} of {fresh['of']} fresh cells ({fresh['needed']} needed)"
+        )
     rows = [
         (
             "Does ELO-Celo2, the paper's headline configuration at its width, beat tuned AdamW "
@@ -162,6 +176,12 @@ def index_table(f: dict[str, Any]) -> str:
             f"Close, not better: at their default step, within {f['tolerance']:g}× of tuned "
             f"AdamW's test loss on held-out cells: {shipped}",
             "[The shipped optimizers](shipped.md)",
+        ),
+        (
+            "Does the shipped `celo2`, with its warm-up + cosine step, match tuned AdamW on 14 "
+            "problems no study here had looked at?",
+            fresh_text,
+            "[The fresh cells](fresh_cells.md)",
         ),
         (
             "Does specialising a shipped optimizer to your own task help?",
