@@ -8,8 +8,12 @@ organised for speed on memory-bound hardware, with the same arithmetic as a plai
 - channels that are constant along one axis (the Adafactor row/column statistics) enter the
   first layer through a matmul on the small factored arrays, broadcast afterwards;
 - the time features (constant over the tensor) are folded into the first-layer bias;
-- the normalised full-size features are materialised once, and on CPU the MLP runs over
-  blocks of rows of the tensor (`jax.lax.map`), so its hidden activations stay in cache;
+- the full-size channels enter the first layer as broadcast multiply-adds
+  (`dense_first_layer`), which XLA fuses with the features' own arithmetic: no concatenated
+  feature tensor is written to memory (PES-Celo2's outer step at the paper's width went from
+  0.34-0.46 s to 0.25-0.27 s on the 2-core CPU machine);
+- only a tensor too large for one cache-sized block on CPU materialises its normalised
+  features, and the MLP runs over blocks of its rows (`jax.lax.map`);
 - small tensors (biases, small matrices: at most `MERGE_SIZE` elements) share their kernels:
   `mlp_many` concatenates them along the element axis and runs each layer as one matmul.
   Inside meta-training every kernel is repeated for every inner step of every inner problem,
@@ -160,9 +164,8 @@ def mlp(
     """
     if block_size is None:
         block_size = BLOCK_SIZE if jax.default_backend() == "cpu" else 2**62
-    x = _normalized_dense(feats, axes, eps)
-    w_dense = take_rows(w0, feats.dense_rows)
-    ndim = x.ndim
+    shape = feats.dense[0].shape[:-1]
+    ndim = len(shape) + 1
     if feats.row is None:
         extras = (bcast(bias0, ndim),)
     else:
@@ -171,16 +174,24 @@ def mlp(
         col = second_moment_normalize(feats.col, axes, eps) @ take_rows(w0, feats.col_rows)
         extras = (row + bcast(bias0, ndim), col)
 
+    n0 = shape[0]
+    rows = _block_rows(shape, block_size)
+    if rows >= n0:
+        h = dense_first_layer(feats, axes, eps, w0)
+        for e in extras:
+            h = h + e
+        return rest(jax.nn.relu(h))
+    # Blocked: the normalised features are materialised once and the MLP maps over blocks of
+    # rows, so that the hidden activations stay cache-sized.
+    x = _normalized_dense(feats, axes, eps)
+    w_dense = take_rows(w0, feats.dense_rows)
+
     def layers(x, *extras):
         h = x @ w_dense
         for e in extras:
             h = h + e
         return rest(jax.nn.relu(h))
 
-    n0 = x.shape[0]
-    rows = _block_rows(x.shape[:-1], block_size)
-    if rows >= n0:
-        return layers(x, *extras)
     # Blocks of rows of the first axis. Extras are either indexed by that axis (mapped with the
     # rows) or constant along it (closed over).
     mapped = [i for i, e in enumerate(extras) if e.shape[0] == n0]
@@ -230,6 +241,39 @@ def _first_layer_parts(
     return [part.reshape(a.shape[:-1] + (w.shape[-1],)) for part, a in zip(parts, arrays)]
 
 
+def dense_first_layer(
+    feats: TensorFeatures, axes: tuple[int, ...], eps: float, w0: Float[Array, "i h"]
+) -> Float[Array, "..."]:
+    """The full-size channels' share of the first layer, $\\sum_c \\hat x_c W_0[c]$ (each
+    channel normalised over `axes`), as broadcast multiply-adds: shape `S + (h,)`.
+
+    Equal to `_normalized_dense(...) @ take_rows(w0, dense_rows)` up to summation order. With
+    a few dozen channels a matmul gains nothing over multiply-adds, and written this way XLA
+    fuses the features, their normalisation and the whole first layer into one loop that
+    writes only the hidden activations: no feature tensor is concatenated and written to
+    memory first (13% of the reference configuration's meta step on CPU, by
+    `benchmarks/profile_meta_step.py`).
+    """
+    normalized = [x * lax.rsqrt(eps + mean_square(x, axes)) for x in feats.dense]
+    return _multiply_add(normalized, w0, feats.dense_rows)
+
+
+def _multiply_add(
+    groups: list[Float[Array, "..."]], w0: Float[Array, "i h"], rows: tuple[int, ...]
+) -> Float[Array, "..."]:
+    """$\\sum_c x_c W_0[\\mathrm{rows}_c]$ over the channels of `groups` (channel axis last, in
+    the order of `rows`), as broadcast multiply-adds."""
+    h = None
+    channel = 0
+    for x in groups:
+        for c in range(x.shape[-1]):
+            term = x[..., c : c + 1] * bcast(w0[rows[channel]], x.ndim)
+            h = term if h is None else h + term
+            channel += 1
+    assert h is not None and channel == len(rows)
+    return h
+
+
 def _merged_mlp(
     feats_list: list[TensorFeatures],
     axes_list: list[tuple[int, ...]],
@@ -238,32 +282,29 @@ def _merged_mlp(
     rest: Callable[[Float[Array, "..."]], tuple[Float[Array, "..."], ...]],
     eps: float,
 ) -> list[tuple[Float[Array, "..."], ...]]:
-    """`mlp` on several tensors with one matmul per layer (per group of first-layer rows)."""
+    """`mlp` on several tensors with one matmul per layer after the first, whose full-size
+    channels are multiply-adds (`dense_first_layer`)."""
     shapes = [f.dense[0].shape[:-1] for f in feats_list]
     hidden = w0.shape[-1]
-    pre: list[Array | None] = [None] * len(feats_list)
-    # First layer: tensors whose channels map to the same rows of w0 share one matmul; so do
-    # the row and the column statistics of all factored tensors.
+    pre = [dense_first_layer(f, a, eps, w0) for f, a in zip(feats_list, axes_list)]
+    # The row and the column statistics of the factored tensors: small arrays, one matmul per
+    # group of tensors whose channels map to the same rows of w0.
     sources = {
-        "dense": lambda f, a: _normalized_dense(f, a, eps),
         "row": lambda f, a: second_moment_normalize(f.row, a, eps),
         "col": lambda f, a: second_moment_normalize(f.col, a, eps),
     }
     for kind, source in sources.items():
         groups: dict[tuple[int, ...], list[int]] = {}
         for i, f in enumerate(feats_list):
-            if kind == "dense" or getattr(f, kind) is not None:
+            if getattr(f, kind) is not None:
                 groups.setdefault(getattr(f, f"{kind}_rows"), []).append(i)
         for rows, members in groups.items():
             inputs = [source(feats_list[i], axes_list[i]) for i in members]
             for i, part in zip(members, _first_layer_parts(inputs, take_rows(w0, rows))):
-                previous = pre[i]
-                pre[i] = part if previous is None else previous + part
-    summed = [h for h in pre if h is not None]
-    assert len(summed) == len(pre)
+                pre[i] = pre[i] + part
     flat = [
         jnp.broadcast_to(h + bcast(bias0, h.ndim), shape + (hidden,)).reshape(-1, hidden)
-        for h, shape in zip(summed, shapes)
+        for h, shape in zip(pre, shapes)
     ]
     outputs = rest(jax.nn.relu(jnp.concatenate(flat, axis=0)))
     ends = np.cumsum([int(np.prod(shape, dtype=np.int64)) for shape in shapes])[:-1]
@@ -346,7 +387,6 @@ def streamed_mlp(
     )
     count = math.prod(like.shape[a] for a in axes)
     scale = lax.rsqrt(eps + sum_sq / count)
-    w_dense = take_rows(w0, dense_rows)
     bias = bcast(bias0, like.ndim + 1)
     row_h = col_h = None
     if row is not None:
@@ -355,7 +395,11 @@ def streamed_mlp(
         col_h = second_moment_normalize(col, axes, eps) @ take_rows(w0, col_rows)
 
     def body(inputs, scale, row_h, col_h):
-        h = (jnp.concatenate(dense_fn(*inputs), axis=-1) * scale) @ w_dense
+        groups, start = [], 0
+        for x in dense_fn(*inputs):
+            groups.append(x * scale[..., start : start + x.shape[-1]])
+            start += x.shape[-1]
+        h = _multiply_add(groups, w0, dense_rows)
         h = h + (bias if row_h is None else row_h)
         if col_h is not None:
             h = h + col_h
