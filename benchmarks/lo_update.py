@@ -107,9 +107,20 @@ def worker(config: dict) -> dict:
     )
     num_params = sum(math.prod(s) for s in leaves)
     opt = _make_optimizer(config["optimizer"], config.get("chunk_size"))
-    # Distinct buffers for every leaf, so the state can be donated (before 9db6cc2 the learned
-    # optimizers' empty Adafactor slots shared one buffer).
-    state = jax.tree.map(jnp.copy, opt.init(params))
+    # Donation needs a distinct buffer per leaf; a leaf whose buffer another leaf already
+    # holds is copied. Copying every leaf, as this did before, doubled the state for a moment
+    # at init, and that moment set the peak (`peak_rss_after_init_bytes` shows it).
+    seen: set[int] = set()
+
+    def distinct(x):
+        pointer = x.unsafe_buffer_pointer()
+        if pointer in seen:
+            return jnp.copy(x)
+        seen.add(pointer)
+        return x
+
+    state = jax.tree.map(distinct, opt.init(params))
+    peak_after_init = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     def step(params, state, grads):
         updates, state = opt.update(grads, state, params)
@@ -118,6 +129,7 @@ def worker(config: dict) -> dict:
     start = time.perf_counter()
     compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, state, grads).compile()
     compile_s = time.perf_counter() - start
+    peak_after_compile = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     memory = compiled.memory_analysis()
     params, state = jax.block_until_ready(compiled(params, state, grads))  # warm-up
     times = []
@@ -139,6 +151,10 @@ def worker(config: dict) -> dict:
         "min_s": min(times),
         "median_s": statistics.median(times),
         "peak_rss_bytes": peak_rss,
+        # The peak before compiling: parameters, gradients and the optimizer's initial state.
+        "peak_rss_after_init_bytes": peak_after_init,
+        # ... and after compiling the step (the compiler's own memory), before running it.
+        "peak_rss_after_compile_bytes": peak_after_compile,
         # XLA's buffer assignment of the step: working memory besides the arguments (the
         # gradients, and the donated parameters and state, whose buffers the outputs reuse).
         "xla_temp_bytes": memory.temp_size_in_bytes,
