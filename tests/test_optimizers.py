@@ -15,6 +15,7 @@ from hypothesis import given, settings, strategies as st
 from elo import Celo2, SmallFC
 from elo.optimizers import _network, LOState
 from elo.optimizers._accumulators import accumulate, factored_dims
+from elo.optimizers._celo2 import _EPS as CELO2_EPS, _features as celo2_features
 
 
 PARITY = pathlib.Path(__file__).parent / "parity"
@@ -363,6 +364,46 @@ def test_small_fc_fast_path_matches_reference_formulation(update_fn):
     for shape in shapes.values():  # all are split into blocks (matrix, vector: with a remainder)
         assert _network._block_rows(shape, block) < shape[0]
     _assert_small_fc_matches_reference_formulation(update_fn, lo, shapes, seed=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunk_size", [1000, None])
+def test_celo2_streamed_and_merged_directions_match_reference_formulation(chunk_size):
+    # A matrix above MERGE_SIZE is streamed through the MLP chunk by chunk (`streamed_mlp`),
+    # small ones share one first layer of multiply-adds (`_merged_mlp`): both must equal the
+    # plain "all 30 features, one matmul per layer" direction of that tensor alone.
+    lo = Celo2(key=jax.random.key(0))
+    shapes = {"big": (_network.MERGE_SIZE // 80 + 3, 80), "w_wide": (5, 9), "w_tall": (9, 5)}
+    params = make_params(7, shapes)
+    grads = make_grads(8, params)
+    state = lo.init(params, 100)
+    acc, fac_g = accumulate(
+        state,
+        grads,
+        momentum_decays=lo.momentum_decays,
+        rms_decays=lo.rms_decays,
+        adafactor_decays=lo.adafactor_decays,
+    )
+    per_tensor = {
+        n: (params[n], grads[n], acc.mom[n], acc.rms[n], fac_g[n], acc.v_row[n], acc.v_col[n])
+        for n in shapes
+    }
+    p, g, m, v, _, v_row, v_col = per_tensor["big"]
+    streamed = jax.jit(lambda *a: lo._large_direction(*a, chunk_size), compiler_options=FAST)(
+        p, g, m, v, v_row, v_col
+    )
+    small = ["w_wide", "w_tall"]
+    feats = [celo2_features(*per_tensor[n]) for n in small]
+    merged = _network._merged_mlp(feats, [(0, 1)] * len(small), lo.w0, lo.b0, lo._rest, CELO2_EPS)
+    directions = {"big": streamed, **{n: d for n, (d,) in zip(small, merged)}}
+    for n, direction in directions.items():
+        features = lo.tensor_outputs(*per_tensor[n])["features"]
+        with jax.numpy_rank_promotion("allow"):
+            h = jax.nn.relu(features @ lo.w0 + lo.b0)
+            h = jax.nn.relu(h @ lo.w1 + lo.b1)
+            reference = h @ lo.w2[:, 0] + lo.b2[0]
+        scale = float(jnp.max(jnp.abs(reference)))
+        np.testing.assert_allclose(direction, reference, rtol=1e-5, atol=1e-5 * scale, err_msg=n)
 
 
 @pytest.mark.slow

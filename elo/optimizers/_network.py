@@ -10,12 +10,12 @@ organised for speed on memory-bound hardware, with the same arithmetic as a plai
 - the time features (constant over the tensor) are folded into the first-layer bias;
 - the full-size channels enter the first layer as broadcast multiply-adds
   (`dense_first_layer`), which XLA fuses with the features' own arithmetic: no concatenated
-  feature tensor is written to memory (PES-Celo2's outer step at the paper's width went from
-  0.34-0.46 s to 0.25-0.27 s on the 2-core CPU machine);
+  feature tensor is written to memory (docs/benchmarks.md has what it bought);
 - only a tensor too large for one cache-sized block on CPU materialises its normalised
   features, and the MLP runs over blocks of its rows (`jax.lax.map`);
 - small tensors (biases, small matrices: at most `MERGE_SIZE` elements) share their kernels:
-  `mlp_many` concatenates them along the element axis and runs each layer as one matmul.
+  `mlp_many` concatenates them along the element axis and runs each layer after the first
+  as one matmul.
   Inside meta-training every kernel is repeated for every inner step of every inner problem,
   and for small tensors the cost of a kernel is its launch, not its arithmetic.
 """
@@ -251,8 +251,8 @@ def dense_first_layer(
     a few dozen channels a matmul gains nothing over multiply-adds, and written this way XLA
     fuses the features, their normalisation and the whole first layer into one loop that
     writes only the hidden activations: no feature tensor is concatenated and written to
-    memory first (13% of the reference configuration's meta step on CPU, by
-    `benchmarks/profile_meta_step.py`).
+    memory first (building that tensor took 13% of the reference configuration's meta step
+    on CPU in a profile by `benchmarks/profile_meta_step.py` before this form).
     """
     normalized = [x * lax.rsqrt(eps + mean_square(x, axes)) for x in feats.dense]
     return _multiply_add(normalized, w0, feats.dense_rows)
@@ -328,7 +328,8 @@ def mlp_many(
     summation order.
 
     Neighbouring tensors with at most `MERGE_SIZE` elements each are concatenated along the
-    element axis and go through each layer together (one matmul instead of one per tensor);
+    element axis and go through each layer after the first together (one matmul instead of
+    one per tensor; the first layer's multiply-adds are per tensor);
     `rest` must therefore act on the last axis only. A group holds at most `block_size`
     elements (the default on CPU: `BLOCK_SIZE`, so the hidden activations stay cache-sized; no
     limit elsewhere). Larger tensors run alone, blocked as in `mlp`.
@@ -375,7 +376,8 @@ def streamed_mlp(
     tensor chunk by chunk, building the channels of a chunk each time: the first sums their
     squares over `axes`, the second normalises them, runs them through the MLP and maps the
     outputs to the results with `finish(rest(h_1), *inputs)`. Same arithmetic as `mlp` up to
-    float32 summation order (in the mean squares and inside the matmuls).
+    float32 summation order (in the mean squares, the first layer's multiply-adds and the
+    matmuls).
     """
     chunking = {"chunk_size": chunk_size, "like": like}
     sum_sq = chunked_sum(
