@@ -194,9 +194,10 @@ def summarise(results: Path = RESULTS, digests: dict[str, str | None] | None = N
 
 
 def _ratio_text(ratio: dict[str, Any]) -> str:
-    """`0.98× [0.95, 1.01]`: the mean per-seed ratio and its 95% t-interval."""
+    """`0.98× [0.95, 1.01]`: the mean per-seed ratio and its 95% t-interval ("missing"
+    without the reference's result)."""
     if ratio["mean"] is None:
-        return "–"
+        return "missing"
     if ratio["ci95"] is None:
         return f"{ratio['mean']:.3f}×"
     low, high = ratio["mean"] - ratio["ci95"], ratio["mean"] + ratio["ci95"]
@@ -275,7 +276,8 @@ def markdown(summary: dict[str, Any]) -> str:
     header = ["cell", "AdamW 1e-3", *(f"`{o}` lr=1" for o in settings.LEARNED)]
     rows = []
     for k, c in cells.items():
-        row = [k, fmt_value(c["adamw_default_test_loss"])]
+        adamw = c["optimizers"]["adamw"]
+        row = [k, "missing" if adamw is None else fmt_value(c["adamw_default_test_loss"])]
         for o in settings.LEARNED:
             entry = c["optimizers"][o]
             row.append("missing" if entry is None else fmt_value(entry["default_test_loss"]))
