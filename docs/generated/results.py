@@ -63,6 +63,11 @@ def facts() -> dict[str, Any]:
         if row["present"] == len(headline["cells"])
     }
     shipped = {name: complete.get(name) for name in elo.available_pretrained()}
+    # Ship rule v2's winners were chosen on these cells' validation split (their record names
+    # the candidate): the cells are not held out for them.
+    chosen_here = [
+        name for name, record in elo.available_pretrained().items() if "candidate" in record
+    ]
     lm_target = next(o for o in language["optimizers"] if o["name"] == language["target"])
     return {
         "h1": headline["h1"],
@@ -88,6 +93,7 @@ def facts() -> dict[str, Any]:
         "lm_over": {name: target / value - 1 for name, value in finals.items()},
         "lm_seeds": len(language["seeds"]),
         "shipped": shipped,
+        "chosen_here": chosen_here,
         "tolerance": headline_module.DEFAULT_TOLERANCE,
         "specialise_steps": specialise_study.OUTER_STEPS,
         "specialise_seeds": {
@@ -135,7 +141,9 @@ def index_table(f: dict[str, Any]) -> str:
     evaluated = {name: row for name, row in f["shipped"].items() if row is not None}
     _require(all(row["works"] < row["of"] for row in evaluated.values()), "Close, not better")
     shipped = "; ".join(
-        f"`{name}` on {row['works']} of {row['of']}" for name, row in evaluated.items()
+        f"`{name}` on {row['works']} of {row['of']}"
+        + (" (cells that chose it on validation)" if name in f["chosen_here"] else "")
+        for name, row in evaluated.items()
     )
     pending = [name for name, row in f["shipped"].items() if row is None]
     if pending:

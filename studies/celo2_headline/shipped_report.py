@@ -10,7 +10,9 @@ the report's status count.
 
 A result counts only for the weights it was made with: each records the SHA-256 of the `.eqx`
 it tuned, and one made with other weights than the package's (re-shipped since) is stale,
-left out as if missing, and counted.
+left out as if missing, and counted. A ship rule v2 winner (`celo2`) has no `shipped/` results:
+its candidate's decayed ones count where its package record lists the same numbers
+(`candidate_source`).
 """
 
 import hashlib
@@ -88,20 +90,32 @@ def shipped_optimizer(
     adamw: dict[str, float | None],
     digest: str | None = None,
     schedule: dict[str, Any] | None = None,
+    recorded: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One shipped optimizer's results in `folder` on every cell (`adamw`: tuned AdamW's value
     by cell): per cell `shipped_cell`, its status, and the cells where its default works. With
     `digest` (`weights_digest`), a result made with other weights (its `weights_sha256` differs
     or is absent) is stale: left out, as if missing, and counted; with `schedule`, so is one
-    made with another step schedule (its `lo_schedule`)."""
+    made with another step schedule (its `lo_schedule`); with `recorded` (the package
+    record's `evaluation.headline_cells`), so is one whose tuned test loss and multiplier are
+    not those the record lists for its cell."""
+
+    def current(key: str, result: dict[str, Any]) -> bool:
+        if digest is not None and result.get("weights_sha256") != digest:
+            return False
+        if schedule is not None and result.get("lo_schedule") != schedule:
+            return False
+        if recorded is None:
+            return True
+        listed = recorded.get(key)
+        return listed is not None and (listed["test_loss"], listed["multiplier"]) == (
+            result["test_loss"],
+            result["value"],
+        )
+
     found = {k: folder / f"{k}.json" for k in adamw if (folder / f"{k}.json").is_file()}
     loaded = {k: common.load_json(path) for k, path in found.items()}
-    results = {
-        k: r
-        for k, r in loaded.items()
-        if (digest is None or r.get("weights_sha256") == digest)
-        and (schedule is None or r.get("lo_schedule") == schedule)
-    }
+    results = {k: r for k, r in loaded.items() if current(k, r)}
     cells = {k: shipped_cell(results.get(k), reference) for k, reference in adamw.items()}
     works = [c["default_works"] for c in cells.values()]
     return {
@@ -123,13 +137,18 @@ def _adamw_by_cell(cells: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     return {k: row["adamw"]["value"] if row["adamw"] else None for k, row in cells.items()}
 
 
-def candidate_source(evaluation: Path, name: str) -> tuple[str, dict[str, Any]] | None:
+def candidate_source(
+    evaluation: Path, name: str
+) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]]] | None:
     """Where a shipped optimizer chosen by ship rule v2 (`studies/fresh_cells/rule.md` §3) has
     its headline results, when `evaluate.py shipped` never made any for it: its record names
-    the candidate it ships (`candidate`, e.g. `pes_celo2/s0`) and the step schedule it ships
-    with, and the candidate's decayed evaluation (`decayed/<candidate>/best/`) tuned those
-    weights with that schedule. Returns that folder (relative to `evaluation`) and the schedule
-    its results must record; None for an optimizer with results of its own or no candidate."""
+    the candidate it ships (`candidate`, e.g. `pes_celo2/s0`), the step schedule it ships
+    with, and each headline cell's tuned result (`evaluation.headline_cells`, written from the
+    candidate's decayed evaluation when it shipped). Those results carry no digest of the
+    weights, so what ties them to the package's weights is the record: a result counts only
+    with the record's schedule and the record's numbers for its cell. Returns the folder
+    (`decayed/<candidate>/best`, relative to `evaluation`), the schedule and the record's
+    cells; None for an optimizer with results of its own or no candidate."""
     record = PRETRAINED / f"{name}.json"
     if (evaluation / "shipped" / name).is_dir() or not record.is_file():
         return None
@@ -137,7 +156,8 @@ def candidate_source(evaluation: Path, name: str) -> tuple[str, dict[str, Any]] 
     candidate, schedule = data.get("candidate"), data.get("schedule")
     if not candidate or not isinstance(schedule, dict):
         return None
-    return f"decayed/{candidate}/best", schedule.get("hyperparameters", {})
+    recorded = data.get("evaluation", {}).get("headline_cells", {})
+    return f"decayed/{candidate}/best", schedule.get("hyperparameters", {}), recorded
 
 
 def summarise(evaluation: Path, cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -152,8 +172,11 @@ def summarise(evaluation: Path, cells: dict[str, dict[str, Any]]) -> dict[str, A
             entry = shipped_optimizer(evaluation / "shipped" / name, adamw, weights_digest(name))
             out[name] = entry | {"source": f"shipped/{name}"}
         else:
-            entry = shipped_optimizer(evaluation / source[0], adamw, schedule=source[1])
-            out[name] = entry | {"source": source[0]}
+            folder, schedule, recorded = source
+            entry = shipped_optimizer(
+                evaluation / folder, adamw, schedule=schedule, recorded=recorded
+            )
+            out[name] = entry | {"source": folder}
     return out
 
 
@@ -239,6 +262,16 @@ def decayed(
     return out
 
 
+def _from_candidate(name: str, ship: dict[str, Any]) -> bool:
+    return ship.get("source", f"shipped/{name}") != f"shipped/{name}"
+
+
+def _stale_reason(name: str, ship: dict[str, Any]) -> str:
+    if _from_candidate(name, ship):
+        return "another schedule, or not the numbers its record lists"
+    return "made with other weights"
+
+
 def _text(entry: dict[str, Any]) -> str:
     """`default (ratio) / tuned (ratio, m=multiplier) mark` of a shipped optimizer on a cell."""
     if not entry["present"]:
@@ -271,10 +304,11 @@ def markdown(ships: dict[str, Any], cells: dict[str, dict[str, Any]]) -> list[st
         f"- `{n}`: {s['status']}; lr=1 within {DEFAULT_TOLERANCE}× tuned AdamW on "
         f"{s['default_step']['works']} of {s['default_step']['judged']} judged cells "
         f"(of {s['default_step']['of']})"
-        + (f"; {s['stale']} stale results (made with other weights) left out" if s["stale"] else "")
+        + (f"; {s['stale']} stale results ({_stale_reason(n, s)}) left out" if s["stale"] else "")
         + (
-            f"; its results are those of the candidate it ships, `{s['source']}/`"
-            if s.get("source", f"shipped/{n}") != f"shipped/{n}"
+            f"; its results are those of the candidate it ships, `{s['source']}/`, and these "
+            "cells chose it (ship rule v2, on their validation split): not held out for it"
+            if _from_candidate(n, s)
             else ""
         )
         for n, s in ships.items()

@@ -606,6 +606,9 @@ def test_a_ship_rule_winner_is_reported_with_its_candidates_decayed_results(tmp_
     package.mkdir()
     # A seed no main run has, so that the decayed section (test_decayed_report's) reads nothing.
     record = {"candidate": "pes_celo2/s9", "schedule": {"hyperparameters": schedule}}
+    listed = {"test_loss": 0.9, "multiplier": 2.0}
+    record["evaluation"] = {"headline_cells": {k: listed for k in KEYS[:-1]}}
+    record["evaluation"]["headline_cells"][KEYS[1]] = listed | {"test_loss": 0.95}
     (package / "celo2_won.json").write_text(json.dumps(record))
     (package / "celo2_won.eqx").write_bytes(b"weights")
     monkeypatch.setattr(shipped_report, "PRETRAINED", package)
@@ -622,11 +625,15 @@ def test_a_ship_rule_winner_is_reported_with_its_candidates_decayed_results(tmp_
     summary = report.summarise(tmp_path)
     entry = summary["shipped"]["celo2_won"]
     assert entry["source"] == "decayed/pes_celo2/s9/best"
-    assert (entry["present"], entry["stale"]) == (13, 1)
-    assert entry["status"] == "incomplete: 13 of 14 cells present"
-    assert not entry["cells"][KEYS[0]]["present"]
-    assert entry["cells"][KEYS[1]]["ratio_default_adamw"] == pytest.approx(1.2 / 1.0)
+    # Stale: another schedule (KEYS[0]), other numbers than the record's (KEYS[1]), a cell the
+    # record does not list (KEYS[-1]).
+    assert (entry["present"], entry["stale"]) == (11, 3)
+    assert entry["status"] == "incomplete: 11 of 14 cells present"
+    assert not any(entry["cells"][k]["present"] for k in (KEYS[0], KEYS[1], KEYS[-1]))
+    assert entry["cells"][KEYS[2]]["ratio_default_adamw"] == pytest.approx(1.2 / 1.0)
     text = report.markdown(summary)
     assert "its results are those of the candidate it ships, `decayed/pes_celo2/s9/best/`" in text
+    assert "3 stale results (another schedule, or not the numbers its record lists)" in text
+    assert "these cells chose it (ship rule v2, on their validation split)" in text
     (evaluation / "shipped" / "celo2_won").mkdir(parents=True)  # results of its own win
     assert report.summarise(tmp_path)["shipped"]["celo2_won"]["source"] == "shipped/celo2_won"
