@@ -80,6 +80,19 @@ def test_seeds_are_vmapped_and_independent(task):
 
 
 @pytest.mark.slow
+def test_the_evaluation_points_do_not_change_the_run(task):
+    """Measuring the splits more or less often changes no training step: the same minibatch
+    losses, and the same losses at the start and at the end (float32 round-off only)."""
+    dense = evaluate("adamw", task, num_steps=7, seeds=[0, 1], eval_every=2)
+    sparse = evaluate("adamw", task, num_steps=7, seeds=[0, 1], eval_every=7)
+    assert dense.steps.tolist() == [0, 2, 4, 6, 7] and sparse.steps.tolist() == [0, 7]
+    np.testing.assert_allclose(dense.minibatch_loss, sparse.minibatch_loss, rtol=1e-6)
+    for split in ("train_loss", "validation_loss", "test_loss"):
+        ends = np.asarray(getattr(dense, split))[:, [0, -1]]
+        np.testing.assert_allclose(ends, getattr(sparse, split), rtol=1e-6)
+
+
+@pytest.mark.slow
 def test_summary_and_json_roundtrip(task):
     result = evaluate("sgd", task, num_steps=6, seeds=2, eval_every=3, learning_rate=0.5)
     # Seed s starts every optimizer from the same parameters.

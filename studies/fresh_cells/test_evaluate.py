@@ -43,6 +43,8 @@ def test_the_protocol_grids_include_the_common_defaults():
     assert 1e-3 in [round(v, 12) for v in evaluate.tuning("adamw", 300)["values"]]
     assert 1.0 in evaluate.tuning("small_fc_mnist8", 300)["values"]
     assert evaluate.tuning("sgd", 300)["extend_edges"] == settings.MAX_EDGE_EXTENSIONS
+    # Measured at the start and at the end only: all the rule reads (rule.md, amendments).
+    assert evaluate.tuning("celo2", 20000)["eval_every"] == 20000
 
 
 def test_a_cell_is_tuned_once_into_its_result(tmp_path, monkeypatch):
