@@ -8,7 +8,7 @@ COMMANDS = {
     "ship-rule": Command("studies.fresh_cells.ship_rule", "ship rule v2 on validation data"),
     "ship": Command("studies.fresh_cells.ship", "write ship rule v2's winner as celo2"),
     "eval-points": Command(
-        "studies.fresh_cells.eval_points", "what measuring at ten points cost (an amendment)"
+        "studies.fresh_cells.eval_points", "what measuring at eleven points cost (an amendment)"
     ),
     "report": Command("studies.fresh_cells.report", "the verdict and every cell's rows"),
 }

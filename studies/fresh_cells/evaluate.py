@@ -88,9 +88,9 @@ def tuning(optimizer: str, horizon: int) -> dict[str, Any]:
         "num_steps": horizon,
         "values": elo.log_grid(*grid, settings.SWEEP_POINTS),
         "seeds": settings.EVAL_SEEDS,
-        # The splits are measured at the start and at the end only: the rule reads the initial
-        # test loss and the final validation and test losses, and the points in between change
-        # no training step (rule.md, amendment of 2026-11-29, 18:50 UTC).
+        # The splits are measured at the start and at the end only: the rule and the report read
+        # no other point, and the points in between change no training step (rule.md,
+        # amendments of 2026-11-29, which say what elo.tune's divergence check no longer sees).
         "eval_every": horizon,
         "extend_edges": settings.MAX_EDGE_EXTENSIONS,
     }

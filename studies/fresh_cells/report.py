@@ -110,9 +110,24 @@ def paired_ratio(data: dict[str, Any], reference: dict[str, Any] | None) -> dict
     }
 
 
+def rule_choice(data: dict[str, Any]) -> int:
+    """The value rule.md §1 chooses, read plainly: the lowest mean over seeds of the final
+    validation loss among the values on which no seed diverged (the first of equals).
+    `elo.tune` also leaves out a value whose final validation loss rose above its initial one,
+    so its choice can differ; `failures` says where it does."""
+    scores = [
+        math.inf
+        if any(row["diverged"]) or None in row["validation_loss"]
+        else float(np.mean(row["validation_loss"]))
+        for row in data["sweep"]
+    ]
+    return int(np.argmin(scores))
+
+
 def failures(data: dict[str, Any]) -> list[str]:
     """Where a tuned result fails: seeds that diverged or ended above their initial loss at
-    the chosen value, a choice at the edge of its (extended) grid."""
+    the chosen value, a choice at the edge of its (extended) grid, a choice other than the
+    rule's plain reading (`rule_choice`)."""
     chosen = data["sweep"][data["selected"]]
     out = []
     if any(chosen["diverged"]):
@@ -122,6 +137,13 @@ def failures(data: dict[str, Any]) -> list[str]:
         out.append(f"above its initial loss on {sum(worse)} of {len(worse)} seeds")
     if data.get("at_edge"):
         out.append(f"chosen at the {data['at_edge']} edge of its grid")
+    plain = rule_choice(data)
+    if plain != data["selected"]:
+        out.append(
+            f"chosen at {data['value']:.3g} where rule.md §1 read plainly chooses "
+            f"{data['sweep'][plain]['value']:.3g} (elo.tune leaves out a value whose final "
+            "validation loss rose above its initial one)"
+        )
     return out
 
 

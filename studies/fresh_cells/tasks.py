@@ -43,7 +43,7 @@ def _adding_data(num: int, key) -> tuple[np.ndarray, np.ndarray]:
     first = jr.randint(first_key, (num,), 0, 10)
     second = jr.randint(second_key, (num,), 10, 20)
     steps = jnp.arange(20)
-    markers = (steps == first[:, None]) | (steps == second[:, None])
+    markers = (steps[None, :] == first[:, None]) | (steps[None, :] == second[:, None])
     x = jnp.stack([values, markers.astype(jnp.float32)], axis=-1)
     y = jnp.sum(values * markers, axis=1, keepdims=True)
     return np.asarray(x), np.asarray(y)
