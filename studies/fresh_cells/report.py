@@ -141,8 +141,9 @@ def failures(data: dict[str, Any]) -> list[str]:
     if plain != data["selected"]:
         out.append(
             f"chosen at {data['value']:.3g} where rule.md §1 read plainly chooses "
-            f"{data['sweep'][plain]['value']:.3g} (elo.tune leaves out a value whose final "
-            "validation loss rose above its initial one)"
+            f"{data['sweep'][plain]['value']:.3g} (elo.tune also leaves out a value with a "
+            "non-finite loss at any measured point or a final validation loss above its initial "
+            "one)"
         )
     return out
 
@@ -312,7 +313,10 @@ def markdown(summary: dict[str, Any]) -> str:
         for o, e in c["optimizers"].items()
         if e is not None and e["failures"]
     ]
-    lines += failed or ["No optimizer diverged, ended above its initial loss or stayed at an edge."]
+    lines += failed or [
+        "No optimizer diverged, ended above its initial loss, stayed at an edge or was chosen "
+        "otherwise than §1 reads."
+    ]
     lines += ["", "### Provenance", ""]
     commits = summary["provenance"]["evaluation_commits"]
     lines.append(

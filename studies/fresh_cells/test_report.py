@@ -156,8 +156,9 @@ def test_failures_are_named(tmp_path):
         "above its initial loss on 2 of 3 seeds",
         "chosen at the high edge of its grid",
         # A made-up choice of a diverged value beside one that did not diverge.
-        "chosen at 31.6 where rule.md §1 read plainly chooses 1 (elo.tune leaves out a value "
-        "whose final validation loss rose above its initial one)",
+        "chosen at 31.6 where rule.md §1 read plainly chooses 1 (elo.tune also leaves out a "
+        "value with a non-finite loss at any measured point or a final validation loss "
+        "above its initial one)",
     ]
     text = report.markdown(summary)
     assert f"- {KEYS[2]}, `celo2_published`: diverged on 1 of 3 seeds;" in text
@@ -170,8 +171,9 @@ def test_a_choice_other_than_the_rules_plain_reading_is_named():
     data = _result("adamw", {1e-3: [1.0, 1.1, 1.2], 1e-2: [0.9, 1.0, 1.1]}, 0)
     assert report.rule_choice(data) == 1
     assert report.failures(data) == [
-        "chosen at 0.001 where rule.md §1 read plainly chooses 0.01 (elo.tune leaves out a value "
-        "whose final validation loss rose above its initial one)"
+        "chosen at 0.001 where rule.md §1 read plainly chooses 0.01 (elo.tune also leaves out a "
+        "value with a non-finite loss at any measured point or a final validation loss "
+        "above its initial one)"
     ]
     data["sweep"][1]["diverged"] = [False, True, False]  # never chosen, read plainly too
     assert report.rule_choice(data) == 0 and report.failures(data) == []
