@@ -14,7 +14,6 @@ cell's committed AdamW result holds that value, whether the two-point run reprod
 """
 
 import argparse
-import json
 import time
 from typing import Any
 
@@ -22,7 +21,7 @@ import jax
 
 import elo
 from studies.fresh_cells import evaluate, settings
-from studies.harness.jsonio import write_json
+from studies.harness.jsonio import load_json, write_json
 from studies.harness.provenance import environment
 
 
@@ -62,7 +61,7 @@ def committed_row(task_name: str, horizon: int) -> dict[str, Any] | None:
     path = evaluate.RESULTS / "adamw" / f"{task_name}@{horizon}.json"
     if not path.exists():
         return None
-    rows = json.loads(path.read_text())["sweep"]
+    rows = load_json(path)["sweep"]
     return next((r for r in rows if abs(r["value"] / VALUE - 1) < 1e-9), None)
 
 
@@ -73,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell", default="1,9", help="cell numbers of rule.md's table")
     args = parser.parse_args(argv)
     jax.block_until_ready(jax.numpy.zeros(1))  # JAX's start-up, timed in neither run
-    cells = json.loads(OUT.read_text())["cells"] if OUT.exists() else {}
+    cells = load_json(OUT)["cells"] if OUT.exists() else {}
     for task_name, horizon in evaluate.parse_cells(args.cell):
         task = evaluate.get_task(task_name)
         two, two_seconds = measure(task, horizon, horizon)
