@@ -8,8 +8,9 @@ One result file per (optimizer, cell): `results/<optimizer>/<task>@<horizon>.jso
 atomically and never made twice (`studies.harness.cells.cached`: a lock per file lets two
 drivers share the work). Each value of a cell is kept as it finishes (`elo.TuningCache` under
 `runs/tuning_cache/`, out of git), so a killed driver loses at most the value it was
-running and the same command resumes the cell. Cells run in
-`settings.CELLS`'s order, every optimizer on a cell before the next cell.
+running and the same command resumes the cell. The optimizers the verdict reads (AdamW and
+`celo2`) run on every cell first, in `settings.CELLS`'s order; the others follow, cell by cell
+(`work_order`).
 
 Refuses to start while `celo2` is not shipped: the ship rule (`ship_rule.py`) picks it, and
 shipping it is a reviewed commit made before the first fresh result (rule.md §3).
@@ -70,6 +71,21 @@ def parse_cells(spec: str | None) -> list[tuple[str, int]]:
     if bad:
         raise SystemExit(f"--cell {bad[0]}: the cells are numbered 1 to {len(settings.CELLS)}.")
     return [settings.CELLS[n - 1] for n in dict.fromkeys(numbers)]
+
+
+def work_order(
+    chosen_cells: Sequence[tuple[str, int]], names: Sequence[str]
+) -> list[tuple[str, str, int]]:
+    """(optimizer, task, horizon) in the order they run (rule.md, "Order" and its amendment):
+    the verdict's optimizers on every chosen cell first, then the others cell by cell."""
+    first = [n for n in names if n in settings.VERDICT_OPTIMIZERS]
+    rest = [n for n in names if n not in settings.VERDICT_OPTIMIZERS]
+    return [
+        (n, task, horizon)
+        for group in (first, rest)
+        for task, horizon in chosen_cells
+        for n in group
+    ]
 
 
 def learned_optimizer(name: str) -> elo.AbstractLearnedOptimizer:
@@ -199,9 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     names = optimizers(args.optimizer)
-    for task_name, horizon in parse_cells(args.cell):
-        for name in names:
-            evaluate_cell(args.results_dir, name, task_name, horizon)
+    for name, task_name, horizon in work_order(parse_cells(args.cell), names):
+        evaluate_cell(args.results_dir, name, task_name, horizon)
     return 0
 
 

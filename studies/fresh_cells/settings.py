@@ -65,6 +65,9 @@ BASELINES = ("adamw", "muon", "sgd")
 # The learned optimizers evaluated on every fresh cell (`elo.pretrained` names); "celo2" is the
 # ship rule's winner (rule.md, "Ship rule v2").
 LEARNED = ("celo2", "celo2_published", "small_fc_mnist8")
+# The optimizers the verdict reads (rule.md §4) run on every cell first, in CELLS's order; the
+# others follow, cell by cell (rule.md, "Order" and its amendment of 2026-11-29, 21:33 UTC).
+VERDICT_OPTIMIZERS = ("adamw", "celo2")
 # The verdict: the shipped Celo2 at or below tuned AdamW's test loss on at least this share.
 VERDICT_SHARE = 2 / 3
 

@@ -23,6 +23,19 @@ def test_cells_are_chosen_by_their_number_in_the_rule():
         evaluate.parse_cells("a")
 
 
+def test_the_verdicts_optimizers_run_on_every_cell_before_the_others():
+    names = evaluate.optimizers(None)
+    cells = evaluate.parse_cells("9-14")
+    order = evaluate.work_order(cells, names)
+    assert sorted(order) == sorted((n, t, h) for t, h in cells for n in names)  # each pair once
+    verdict = 2 * len(cells)
+    assert {n for n, _, _ in order[:verdict]} == set(settings.VERDICT_OPTIMIZERS)
+    assert [(t, h) for _, t, h in order[:verdict:2]] == cells  # in the rule's cell order
+    rest = order[verdict:]
+    assert [(t, h) for _, t, h in rest[:: len(names) - 2]] == cells  # then cell by cell
+    assert evaluate.work_order(cells, ["muon"]) == [("muon", t, h) for t, h in cells]
+
+
 def test_every_fresh_task_builds():
     names = dict.fromkeys(task for task, _ in settings.CELLS)
     assert len(names) == 13  # Friedman #1 is two cells
