@@ -227,6 +227,35 @@ def test_the_front_pages_numbers_are_the_generated_ones():
         assert f'--8<-- "docs/generated/{snippet}"' in (ROOT / "docs" / page).read_text()
 
 
+@pytest.mark.parametrize(
+    "verdict, published, expected",
+    [
+        ("pending", 5, "under way: 8 of 14 cells are in ([Results](docs/results/fresh_cells.md))"),
+        ("not met", 14, "on 9 of 14 (pre-registered: 10 needed, not met); the published Celo2, "),
+        ("met", 12, "its authors' weights, on 4 of the 12 cells evaluated so far ([Results]("),
+    ],
+)
+def test_the_front_pages_state_the_fresh_cells_verdict_only_once_it_is_judged(
+    verdict, published, expected
+):
+    from docs.generated import results
+
+    facts = {
+        "fresh": {
+            "verdict": verdict,
+            "at_or_below": {"pending": 5, "not met": 9, "met": 11}[verdict],
+            "cells_with_both": 14 if verdict != "pending" else 8,
+            "of": 14,
+            "needed": 10,
+        },
+        "fresh_published": {"at_or_below": 4, "cells_with_both": published},
+    }
+    sentence = " ".join(results.fresh_sentence(facts, "docs/").split())
+    assert expected in sentence
+    if verdict == "pending":  # no partial count while the verdict waits
+        assert "at or below" not in sentence and "5" not in sentence
+
+
 def _elo_commands(markdown: str) -> list[tuple[int, str]]:
     """Each `elo ...` command of the fenced shell blocks of a Markdown text, with its line (a
     command continued with a trailing backslash is one command; a trailing comment is dropped)."""

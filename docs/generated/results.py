@@ -52,7 +52,8 @@ def facts() -> dict[str, Any]:
     ablation = _load("ablation_small_fc/results/summary.json")
     language = _load("language_model/results/tuned_2000.json")
     specialise = _load("specialise/results/summary.json")
-    fresh = _load("fresh_cells/results/summary.json")["verdict"]
+    fresh_summary = _load("fresh_cells/results/summary.json")
+    fresh = fresh_summary["verdict"]
     finals = {o["name"]: o["final_test_loss"] for o in language["optimizers"]}
     target = finals.pop(language["target"])
     # The optimizers the package ships now, with their default step's count where the headline
@@ -100,6 +101,7 @@ def facts() -> dict[str, Any]:
             len(row["after_test_loss_per_meta_seed"]) for row in specialise["sources"].values()
         },
         "fresh": fresh,
+        "fresh_published": fresh_summary["beside_adamw"]["celo2_published"],
         "speed": json.loads((ROOT / "benchmarks/results/speed_vs_reference.json").read_text()),
         "specialise_lower": {
             name: row["after_minus_before"]["mean"] < 0
@@ -203,6 +205,28 @@ def index_table(f: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fresh_sentence(f: dict[str, Any], docs: str) -> str:
+    """The fresh cells' verdict, or how far its evaluation has come while it is pending (no
+    partial count: the verdict is judged on all cells or not at all)."""
+    fresh, published = f["fresh"], f["fresh_published"]
+    link = f"[Results]({docs}results/fresh_cells.md)"
+    if fresh["verdict"] == "pending":
+        return (
+            "Whether the shipped `celo2`, with the warm-up + cosine step users run, matches tuned "
+            f"AdamW on {fresh['of']} problems no study here had looked at is a pre-registered test "
+            f"under way: {fresh['cells_with_both']} of {fresh['of']} cells are in ({link}). "
+        )
+    so_far = "" if published["cells_with_both"] == fresh["of"] else " evaluated so far"
+    return (
+        f"On {fresh['of']} problems no study here had looked at, the shipped `celo2` with the "
+        "warm-up + cosine step users run is at or below tuned AdamW's test loss on "
+        f"{fresh['at_or_below']} of {fresh['of']} (pre-registered: {fresh['needed']} needed, "
+        f"{fresh['verdict']}); the published Celo2, its authors' weights, on "
+        f"{published['at_or_below']} of the {published['cells_with_both']} cells{so_far} "
+        f"({link}). "
+    )
+
+
 def results_paragraph(f: dict[str, Any], docs: str, index: str) -> str:
     """The front pages' Results paragraph, wrapped at 100 columns; `docs` is the path from the
     page to the docs folder, `index` the sentence that says where every study is listed."""
@@ -223,7 +247,9 @@ def results_paragraph(f: dict[str, Any], docs: str, index: str) -> str:
         f"{h1['cells_at_or_below_adamw']} of {h1['of']} held-out cells (H1 {h1['verdict']}) and "
         f"beat PES-Celo2 with 95% confidence on {f['h2_wins']} of {f['h2_cells']} long-horizon "
         f"cells, {f['h2_needed']} being needed (H2 {f['h2_verdict']}) "
-        f"([Results]({docs}results/celo2_headline.md)). In the small_fc ablation "
+        f"([Results]({docs}results/celo2_headline.md)). "
+        f"{fresh_sentence(f, docs)}"
+        "In the small_fc ablation "
         f"({f['ablation_runs']} meta-training runs), ELO "
         "does not beat PES at this budget: no "
         "paired difference has a 95% interval that excludes 0, and their validation-selected "

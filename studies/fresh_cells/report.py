@@ -197,6 +197,24 @@ def verdict(found: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
+def beside_adamw(found: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, int]]:
+    """Every optimizer but AdamW and `celo2`: on how many of the cells where it and AdamW both
+    have results its tuned test loss is at or below AdamW's (reported beside the verdict; it
+    judges nothing)."""
+    counts = {}
+    for optimizer in OPTIMIZERS:
+        if optimizer in ("adamw", "celo2"):
+            continue
+        both = [k for k in keys() if k in found[optimizer] and k in found["adamw"]]
+        wins = [
+            k
+            for k in both
+            if stats.at_or_below(found[optimizer][k]["test_loss"], found["adamw"][k]["test_loss"])
+        ]
+        counts[optimizer] = {"at_or_below": len(wins), "cells_with_both": len(both)}
+    return counts
+
+
 def summarise(results: Path = RESULTS, digests: dict[str, str | None] | None = None) -> dict:
     """The report as data: the verdict, every cell's row, what is missing and stale, and the
     commits that produced the results."""
@@ -207,6 +225,7 @@ def summarise(results: Path = RESULTS, digests: dict[str, str | None] | None = N
     commits = commit_counts([d for per in found.values() for d in per.values()])
     return {
         "verdict": verdict(found),
+        "beside_adamw": beside_adamw(found),
         "cells": {k: cell_row(found, k) for k in keys()},
         "present": sum(len(per) for per in found.values()),
         "expected": len(OPTIMIZERS) * len(keys()),
@@ -241,6 +260,14 @@ def _verdict_line(v: dict[str, Any]) -> str:
     )
 
 
+def _beside_line(counts: dict[str, dict[str, int]]) -> str:
+    parts = [f"`{o}` on {c['at_or_below']} of {c['cells_with_both']}" for o, c in counts.items()]
+    return (
+        "Beside it (no verdict), the cells where each other optimizer's tuned test loss is at or "
+        f"below tuned AdamW's, of those where both have results: {', '.join(parts)}."
+    )
+
+
 def markdown(summary: dict[str, Any]) -> str:
     """The report as markdown: the verdict, the tuned test losses, the learned optimizers'
     ratios, the default steps and the failures."""
@@ -255,6 +282,8 @@ def markdown(summary: dict[str, Any]) -> str:
         "a cosine decay to 0 (rule.md §1).",
         "",
         _verdict_line(summary["verdict"]),
+        "",
+        _beside_line(summary["beside_adamw"]),
         "",
         "### Tuned test loss (chosen value)",
         "",

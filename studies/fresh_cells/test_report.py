@@ -119,6 +119,20 @@ def test_a_missing_baseline_other_than_adamw_does_not_hold_the_verdict(tmp_path)
     assert row.split(" | ")[2] == "missing"  # celo2 / Muon
 
 
+def test_the_other_optimizers_are_counted_beside_the_verdict_on_the_cells_they_have(tmp_path):
+    # The published Celo2 ties AdamW's seeds (at or below), small_fc_mnist8 stays at 1.1 (above).
+    _every_cell(tmp_path, {"celo2_published": ADAMW_SEEDS})
+    (tmp_path / "celo2_published" / f"{KEYS[0]}.json").unlink()
+    (tmp_path / "adamw" / f"{KEYS[1]}.json").unlink()  # no cell without AdamW is counted
+    counts = _summary(tmp_path)["beside_adamw"]
+    assert set(counts) == set(report.OPTIMIZERS) - {"adamw", "celo2"}
+    assert counts["celo2_published"] == {"at_or_below": 12, "cells_with_both": 12}
+    assert counts["small_fc_mnist8"] == {"at_or_below": 0, "cells_with_both": 13}
+    assert counts["muon"]["cells_with_both"] == 13  # Muon's 1.05 mean is above AdamW's 1.033
+    assert counts["muon"]["at_or_below"] == 0
+    assert "`celo2_published` on 12 of 12" in report.markdown(_summary(tmp_path))
+
+
 def test_ratios_pair_seeds_and_carry_a_95_percent_t_interval(tmp_path):
     celo2 = np.array([0.9, 1.0, 1.1])
     _every_cell(tmp_path, {"celo2": list(celo2)})
