@@ -227,6 +227,17 @@ def test_the_front_pages_numbers_are_the_generated_ones():
         assert f'--8<-- "docs/generated/{snippet}"' in (ROOT / "docs" / page).read_text()
 
 
+def test_the_generator_rewrites_only_readmes_results_paragraph():
+    from docs.generated import results
+
+    readme = "# elo\n\nIntro.\n\n## Results\n\nOld words,\nwrapped.\n\n## Next\n\nMore.\n"
+    new = results.with_readme_paragraph(readme, "New words.\n")
+    assert new == "# elo\n\nIntro.\n\n## Results\n\nNew words.\n\n## Next\n\nMore.\n"
+    assert results.with_readme_paragraph(new, "New words.\n") == new
+    with pytest.raises(ValueError, match="no `## Results` section"):
+        results.with_readme_paragraph("# elo\n", "New words.\n")
+
+
 @pytest.mark.parametrize(
     "verdict, published, expected",
     [

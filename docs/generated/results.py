@@ -6,7 +6,7 @@ Writes
 - `docs/generated/results_index.md`: the verdict table of the Results page
   (`docs/results/index.md` includes it);
 - `docs/generated/readme_results.md`: the Results paragraph of README.md, which GitHub cannot
-  include, so README.md holds a copy;
+  include, so README.md holds a copy (this script rewrites it there too);
 - `docs/generated/index_results.md`: the same paragraph, linked for the docs, and the speed
   figure against the paper's code (`docs/index.md` includes it).
 
@@ -311,11 +311,25 @@ def rendered() -> dict[Path, str]:
     }
 
 
+def with_readme_paragraph(readme: str, paragraph: str) -> str:
+    """`readme` with its Results paragraph (the one under `## Results`, up to the next blank
+    line) replaced by `paragraph`."""
+    head, heading, rest = readme.partition("\n## Results\n\n")
+    if not heading:
+        raise ValueError("README.md has no `## Results` section to hold the Results paragraph")
+    _, blank, tail = rest.partition("\n\n")
+    return head + heading + paragraph.rstrip("\n") + blank + tail
+
+
 def main() -> None:
-    """Write every generated file (`rendered`)."""
-    for path, text in rendered().items():
+    """Write every generated file (`rendered`) and README.md's copy of its Results paragraph."""
+    texts = rendered()
+    for path, text in texts.items():
         path.write_text(text)
         print(f"wrote {path.relative_to(ROOT)}")
+    readme = ROOT / "README.md"
+    readme.write_text(with_readme_paragraph(readme.read_text(), texts[OUT / "readme_results.md"]))
+    print("wrote README.md's Results paragraph")
 
 
 if __name__ == "__main__":
