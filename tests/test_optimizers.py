@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from elo import Celo2, SmallFC
 from elo.optimizers import _network, LOState
-from elo.optimizers._accumulators import accumulate, factored_dims
+from elo.optimizers._accumulators import factored_dims
 from elo.optimizers._celo2 import _EPS as CELO2_EPS, _features as celo2_features
 
 
@@ -321,18 +321,6 @@ def test_jit_and_vmap_over_optimizee_states(lo, update_fn):
     assert new_states.iteration.tolist() == [1] * batch
 
 
-def _accumulated(lo, state, grads):
-    """The accumulators after one step (and the Adafactor-normalised gradient), as `lo`'s
-    update computes them: what its features are built from."""
-    return accumulate(
-        state,
-        grads,
-        momentum_decays=lo.momentum_decays,
-        rms_decays=lo.rms_decays,
-        adafactor_decays=lo.adafactor_decays,
-    )
-
-
 def _reference_direction(lo, p, g, m, rms, fac_g, v_row, v_col, v_diag, t):
     """The MLP written as the reference does: explicit features, one matmul per layer."""
     out = lo.tensor_outputs(p, g, m, rms, fac_g, v_row, v_col, v_diag, iteration=t)
@@ -350,7 +338,7 @@ def _assert_small_fc_matches_reference_formulation(update_fn, lo, shapes, *, see
     grads = make_grads(seed + 1, params)
     state = lo.init(params, 100)
     updates, _ = update_fn(lo, grads, state, params)
-    acc, fac_g = _accumulated(lo, state, grads)
+    acc, fac_g = lo.accumulate(state, grads)
     reference = jax.jit(_reference_direction, static_argnums=9, compiler_options=FAST)
     for n in shapes:
         args = (acc.mom[n], acc.rms[n], fac_g[n], acc.v_row[n], acc.v_col[n], acc.v_diag[n])
@@ -383,7 +371,7 @@ def test_celo2_streamed_and_merged_directions_match_reference_formulation(chunk_
     params = make_params(7, shapes)
     grads = make_grads(8, params)
     state = lo.init(params, 100)
-    acc, fac_g = _accumulated(lo, state, grads)
+    acc, fac_g = lo.accumulate(state, grads)
     per_tensor = {
         n: (params[n], grads[n], acc.mom[n], acc.rms[n], fac_g[n], acc.v_row[n], acc.v_col[n])
         for n in shapes

@@ -10,7 +10,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from .._custom_types import Params, Updates
-from ._accumulators import accumulate, factored_dims, LOState, safe_rsqrt
+from ._accumulators import factored_dims, LOState, safe_rsqrt
 from ._chunked import (
     check_chunk_size,
     default_chunk_size,
@@ -432,13 +432,7 @@ class Celo2(AbstractMLPOptimizer):
             ]
             grads = jax.tree.unflatten(treedef, clipped)
         t = state.iteration
-        state, fac_g = accumulate(
-            state,
-            grads,
-            momentum_decays=self.momentum_decays,
-            rms_decays=self.rms_decays,
-            adafactor_decays=self.adafactor_decays,
-        )
+        state, fac_g = self.accumulate(state, grads)
         lr = self.learning_rate(t, state.num_steps)
         count = t + 1
         adam_lr = self.adam_lr_mult * lr

@@ -12,7 +12,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._custom_types import Params, Updates
-from ._accumulators import init_accumulators, LOState
+from ._accumulators import accumulate, init_accumulators, LOState
 from ._base import AbstractLearnedOptimizer
 from ._preprocess import check_float_leaves, clip_and_clean
 from ._weights import read_weights, WEIGHT_NAMES
@@ -156,6 +156,18 @@ class AbstractMLPOptimizer(AbstractLearnedOptimizer[LOState]):
         return init_accumulators(
             params,
             num_steps,
+            momentum_decays=self.momentum_decays,
+            rms_decays=self.rms_decays,
+            adafactor_decays=self.adafactor_decays,
+        )
+
+    def accumulate(self, state: LOState, grads: Updates) -> tuple[LOState, Updates]:
+        """`state` with every accumulator updated by `grads` at this optimizer's decays (the
+        counters unchanged), and the Adafactor-normalised gradients of this step: what the
+        update's features are built from."""
+        return accumulate(
+            state,
+            grads,
             momentum_decays=self.momentum_decays,
             rms_decays=self.rms_decays,
             adafactor_decays=self.adafactor_decays,

@@ -10,7 +10,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from .._custom_types import Params, Updates
-from ._accumulators import accumulate, factored_dims, LOState, safe_rsqrt
+from ._accumulators import factored_dims, LOState, safe_rsqrt
 from ._chunked import check_chunk_size, default_chunk_size, factored_features
 from ._mlp_optimizer import AbstractMLPOptimizer
 from ._network import (
@@ -374,13 +374,7 @@ class SmallFC(AbstractMLPOptimizer):
         check_structure(grads, params, state.mom, owner="SmallFC")
         chunk_size = check_chunk_size(chunk_size, owner="SmallFC.update")
         t = state.iteration
-        state, fac_g = accumulate(
-            state,
-            grads,
-            momentum_decays=self.momentum_decays,
-            rms_decays=self.rms_decays,
-            adafactor_decays=self.adafactor_decays,
-        )
+        state, fac_g = self.accumulate(state, grads)
         lr = self.learning_rate(t, state.num_steps)
         const = self._time_bias(t)
         leaves, treedef = jax.tree.flatten(params)
