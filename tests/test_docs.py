@@ -236,14 +236,17 @@ def test_the_generator_rewrites_only_readmes_results_paragraph():
     assert results.with_readme_paragraph(new, "New words.\n") == new
     with pytest.raises(ValueError, match="no `## Results` section"):
         results.with_readme_paragraph("# elo\n", "New words.\n")
+    with pytest.raises(ValueError, match="has a blank line"):
+        results.with_readme_paragraph(readme, "New\n\nwords.\n")
 
 
 @pytest.mark.parametrize(
     "verdict, published, expected",
     [
-        ("pending", 5, "under way: 8 of 14 cells are in ([Results](docs/results/fresh_cells.md))"),
+        ("pending", 5, "under way: 8 of 14 cells have `celo2`'s and AdamW's results ([Results]("),
         ("not met", 14, "on 9 of 14 (pre-registered: 10 needed, not met); the published Celo2, "),
-        ("met", 12, "its authors' weights, on 4 of the 12 cells evaluated so far ([Results]("),
+        ("met", 14, "needed, met); the published Celo2, its authors' weights, on 4 of 14 ([Res"),
+        ("met", 12, "needed, met); the published Celo2's row is still being evaluated ([Results]("),
     ],
 )
 def test_the_front_pages_state_the_fresh_cells_verdict_only_once_it_is_judged(
@@ -265,6 +268,8 @@ def test_the_front_pages_state_the_fresh_cells_verdict_only_once_it_is_judged(
     assert expected in sentence
     if verdict == "pending":  # no partial count while the verdict waits
         assert "at or below" not in sentence and "5" not in sentence
+    if published < 14:  # the published Celo2's count only on the same 14 cells
+        assert "4 of" not in sentence
 
 
 def _elo_commands(markdown: str) -> list[tuple[int, str]]:

@@ -21,7 +21,6 @@ import pytest
 from elo import Celo2, SmallFC
 from elo._inner._fusion import fused_step, imitation_losses
 from elo.optimizers import expert_from_config, expert_lr_schedule, newton_schulz
-from elo.optimizers._accumulators import accumulate
 
 
 PARITY_DIR = pathlib.Path(
@@ -125,13 +124,7 @@ def _trajectory(lo, expert, expert_schedule, params, all_grads, num_steps, alpha
     carry = (params, state, expert_state, state)
     (params, state, _, last_state), records = jax.lax.scan(body, carry, all_grads)
     last_grads = jax.tree.map(lambda g: g[-1], all_grads)
-    _, fac_g = accumulate(
-        last_state,
-        lo.preprocess_grads(last_grads),
-        momentum_decays=lo.momentum_decays,
-        rms_decays=lo.rms_decays,
-        adafactor_decays=lo.adafactor_decays,
-    )
+    _, fac_g = lo.accumulate(last_state, lo.preprocess_grads(last_grads))
     finals = {
         "mom": state.mom,
         "rms": state.rms,

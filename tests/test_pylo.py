@@ -17,7 +17,6 @@ import safetensors.numpy
 import elo
 from elo._files._framing import CheckpointError
 from elo._files._pylo import export_pylo, import_pylo, pylo_state_dict
-from elo.optimizers._accumulators import accumulate
 
 from .helpers import bitwise_equal, perturbed, without_runtime_type_checks
 
@@ -29,14 +28,9 @@ def _network_view(lo, shape, seed):
     keys = jr.split(jr.key(seed), 4)
     p = jr.normal(keys[0], shape)
     state = lo.init({"p": p}, num_steps=100)
-    decays = {
-        "momentum_decays": lo.momentum_decays,
-        "rms_decays": lo.rms_decays,
-        "adafactor_decays": lo.adafactor_decays,
-    }
     for key, scale in zip(keys[1:], (1e-3, 1.0, 1e2)):
         g = scale * jr.normal(key, shape)
-        state, fac_g = accumulate(state, {"p": g}, **decays)
+        state, fac_g = lo.accumulate(state, {"p": g})
     args = (p, g, state.mom["p"], state.rms["p"], fac_g["p"])
     args = args + (state.v_row["p"], state.v_col["p"], state.v_diag["p"])
     if isinstance(lo, elo.SmallFC):

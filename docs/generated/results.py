@@ -207,23 +207,29 @@ def index_table(f: dict[str, Any]) -> str:
 
 def fresh_sentence(f: dict[str, Any], docs: str) -> str:
     """The fresh cells' verdict, or how far its evaluation has come while it is pending (no
-    partial count: the verdict is judged on all cells or not at all)."""
+    partial count: the verdict is judged on all cells or not at all). The published Celo2's
+    count is quoted only when it covers every cell, so the two counts are of the same cells."""
     fresh, published = f["fresh"], f["fresh_published"]
     link = f"[Results]({docs}results/fresh_cells.md)"
     if fresh["verdict"] == "pending":
         return (
             "Whether the shipped `celo2`, with the warm-up + cosine step users run, matches tuned "
             f"AdamW on {fresh['of']} problems no study here had looked at is a pre-registered test "
-            f"under way: {fresh['cells_with_both']} of {fresh['of']} cells are in ({link}). "
+            f"under way: {fresh['cells_with_both']} of {fresh['of']} cells have `celo2`'s and "
+            f"AdamW's results ({link}). "
         )
-    so_far = "" if published["cells_with_both"] == fresh["of"] else " evaluated so far"
+    if published["cells_with_both"] == fresh["of"]:
+        beside = (
+            "; the published Celo2, its authors' weights, on "
+            f"{published['at_or_below']} of {fresh['of']}"
+        )
+    else:
+        beside = "; the published Celo2's row is still being evaluated"
     return (
         f"On {fresh['of']} problems no study here had looked at, the shipped `celo2` with the "
-        "warm-up + cosine step users run is at or below tuned AdamW's test loss on "
-        f"{fresh['at_or_below']} of {fresh['of']} (pre-registered: {fresh['needed']} needed, "
-        f"{fresh['verdict']}); the published Celo2, its authors' weights, on "
-        f"{published['at_or_below']} of the {published['cells_with_both']} cells{so_far} "
-        f"({link}). "
+        "warm-up + cosine step users run (its step multiplier tuned as AdamW's rate is) is at or "
+        f"below tuned AdamW's test loss on {fresh['at_or_below']} of {fresh['of']} "
+        f"(pre-registered: {fresh['needed']} needed, {fresh['verdict']}){beside} ({link}). "
     )
 
 
@@ -314,6 +320,8 @@ def rendered() -> dict[Path, str]:
 def with_readme_paragraph(readme: str, paragraph: str) -> str:
     """`readme` with its Results paragraph (the one under `## Results`, up to the next blank
     line) replaced by `paragraph`."""
+    if "\n\n" in paragraph.strip():
+        raise ValueError("the Results paragraph has a blank line: README's copy is one paragraph")
     head, heading, rest = readme.partition("\n## Results\n\n")
     if not heading:
         raise ValueError("README.md has no `## Results` section to hold the Results paragraph")

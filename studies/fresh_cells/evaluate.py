@@ -1,6 +1,6 @@
 """The fresh cells' evaluation (`rule.md` §1, §2, §4): every optimizer tuned on every fresh cell.
 
-    python -m studies.fresh_cells evaluate               # every cell, in rule.md's order
+    python -m studies.fresh_cells evaluate               # every cell, in rule.md's amended order
     python -m studies.fresh_cells evaluate --cell 1-3    # cells 1 to 3 of rule.md's table
     python -m studies.fresh_cells evaluate --optimizer adamw --optimizer celo2
 

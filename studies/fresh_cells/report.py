@@ -198,12 +198,13 @@ def verdict(found: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
 
 
 def beside_adamw(found: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, int]]:
-    """Every optimizer but AdamW and `celo2`: on how many of the cells where it and AdamW both
-    have results its tuned test loss is at or below AdamW's (reported beside the verdict; it
-    judges nothing)."""
+    """Every optimizer but the verdict's two: on how many of the cells where it and AdamW both
+    have results its tuned test loss is at or below AdamW's. Reported beside the verdict, it
+    judges nothing; it was added after cells 1-9's results were seen, so it is not
+    pre-registered (rule.md, amendment of 2026-11-29, 21:55 UTC)."""
     counts = {}
     for optimizer in OPTIMIZERS:
-        if optimizer in ("adamw", "celo2"):
+        if optimizer in settings.VERDICT_OPTIMIZERS:
             continue
         both = [k for k in keys() if k in found[optimizer] and k in found["adamw"]]
         wins = [
@@ -263,8 +264,9 @@ def _verdict_line(v: dict[str, Any]) -> str:
 def _beside_line(counts: dict[str, dict[str, int]]) -> str:
     parts = [f"`{o}` on {c['at_or_below']} of {c['cells_with_both']}" for o, c in counts.items()]
     return (
-        "Beside it (no verdict), the cells where each other optimizer's tuned test loss is at or "
-        f"below tuned AdamW's, of those where both have results: {', '.join(parts)}."
+        "Beside it (no verdict, and not pre-registered: added after cells 1-9's results), the "
+        "cells where each other optimizer's tuned test loss is at or below tuned AdamW's, of "
+        f"those where both have results: {', '.join(parts)}."
     )
 
 
