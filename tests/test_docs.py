@@ -247,6 +247,10 @@ def test_the_generator_rewrites_only_readmes_results_paragraph():
         ("not met", 14, "on 9 of 14 (pre-registered: 10 needed, not met); the published Celo2, "),
         ("met", 14, "needed, met); the published Celo2, its authors' weights, on 4 of 14 ([Res"),
         ("met", 12, "needed, met); the published Celo2's row is still being evaluated ([Results]("),
+        ("cannot be met", 5, "does not meet its pre-registered test (at or below tuned AdamW's "),
+        ("cannot be met", 5, "above on 5 of the 12 cells evaluated so far, so at most 9 can be at"),
+        ("met already", 5, "meets its pre-registered test (at or below tuned AdamW's test loss o"),
+        ("met already", 5, "n 10 of 14) already: at or below on 10 of the 12 cells evaluated so"),
     ],
 )
 def test_the_front_pages_state_the_fresh_cells_verdict_only_once_it_is_judged(
@@ -254,11 +258,21 @@ def test_the_front_pages_state_the_fresh_cells_verdict_only_once_it_is_judged(
 ):
     from docs.generated import results
 
+    at_or_below, cells = {
+        "pending": (5, 8),
+        "not met": (9, 14),
+        "met": (11, 14),
+        "cannot be met": (7, 12),
+        "met already": (10, 12),
+    }[verdict]
+    decided = {"cannot be met": "not met", "met already": "met"}.get(verdict)
     facts = {
         "fresh": {
-            "verdict": verdict,
-            "at_or_below": {"pending": 5, "not met": 9, "met": 11}[verdict],
-            "cells_with_both": 14 if verdict != "pending" else 8,
+            "verdict": verdict if verdict in ("not met", "met") else "pending",
+            "decided": decided,
+            "at_or_below": at_or_below,
+            "at_most": at_or_below + 14 - cells,
+            "cells_with_both": cells,
             "of": 14,
             "needed": 10,
         },
@@ -266,7 +280,7 @@ def test_the_front_pages_state_the_fresh_cells_verdict_only_once_it_is_judged(
     }
     sentence = " ".join(results.fresh_sentence(facts, "docs/").split())
     assert expected in sentence
-    if verdict == "pending":  # no partial count while the verdict waits
+    if verdict == "pending":  # no partial count while it decides nothing
         assert "at or below" not in sentence and "5" not in sentence
     if published < 14:  # the published Celo2's count only on the same 14 cells
         assert "4 of" not in sentence

@@ -158,7 +158,13 @@ def index_table(f: dict[str, Any]) -> str:
         f"shipped optimizer ({min(f['specialise_seeds'])} meta-seeds each)"
     )
     fresh = f["fresh"]
-    if fresh["verdict"] == "pending":
+    if fresh["verdict"] == "pending" and fresh["decided"] is not None:
+        fresh_text = (
+            f"**{fresh['decided'].capitalize()}** (decided before its last cells): `celo2` at or "
+            f"below tuned AdamW on {fresh['at_or_below']} of {fresh['cells_with_both']} cells so "
+            f"far, at most {fresh['at_most']} of {fresh['of']} possible ({fresh['needed']} needed)"
+        )
+    elif fresh["verdict"] == "pending":
         fresh_text = (
             f"**Pending**: {fresh['cells_with_both']} of {fresh['of']} cells evaluated; met if "
             f"`celo2` is at or below tuned AdamW on at least {fresh['needed']} of {fresh['of']} "
@@ -206,11 +212,31 @@ def index_table(f: dict[str, Any]) -> str:
 
 
 def fresh_sentence(f: dict[str, Any], docs: str) -> str:
-    """The fresh cells' verdict, or how far its evaluation has come while it is pending (no
-    partial count: the verdict is judged on all cells or not at all). The published Celo2's
-    count is quoted only when it covers every cell, so the two counts are of the same cells."""
+    """The fresh cells' verdict; while it is pending, how far its evaluation has come, with the
+    count so far only once that count decides the verdict whatever the missing cells give. The
+    published Celo2's count is quoted only when it covers every cell, so that the two counts
+    are of the same cells."""
     fresh, published = f["fresh"], f["fresh_published"]
     link = f"[Results]({docs}results/fresh_cells.md)"
+    subject = (
+        f"On {fresh['of']} problems no study here had looked at, the shipped `celo2` with the "
+        "warm-up + cosine step users run (its step multiplier tuned as AdamW's rate is)"
+    )
+    if fresh["verdict"] == "pending" and fresh["decided"] == "not met":
+        return (
+            f"{subject} does not meet its pre-registered test (at or below tuned AdamW's test "
+            f"loss on {fresh['needed']} of {fresh['of']}): it is above on "
+            f"{fresh['cells_with_both'] - fresh['at_or_below']} of the "
+            f"{fresh['cells_with_both']} cells evaluated so far, so at most {fresh['at_most']} "
+            f"can be at or below ({link}). "
+        )
+    if fresh["verdict"] == "pending" and fresh["decided"] == "met":
+        return (
+            f"{subject} meets its pre-registered test (at or below tuned AdamW's test loss on "
+            f"{fresh['needed']} of {fresh['of']}) already: at or below on "
+            f"{fresh['at_or_below']} of the {fresh['cells_with_both']} cells evaluated so far "
+            f"({link}). "
+        )
     if fresh["verdict"] == "pending":
         return (
             "Whether the shipped `celo2`, with the warm-up + cosine step users run, matches tuned "
@@ -226,8 +252,7 @@ def fresh_sentence(f: dict[str, Any], docs: str) -> str:
     else:
         beside = "; the published Celo2's row is still being evaluated"
     return (
-        f"On {fresh['of']} problems no study here had looked at, the shipped `celo2` with the "
-        "warm-up + cosine step users run (its step multiplier tuned as AdamW's rate is) is at or "
+        f"{subject} is at or "
         f"below tuned AdamW's test loss on {fresh['at_or_below']} of {fresh['of']} "
         f"(pre-registered: {fresh['needed']} needed, {fresh['verdict']}){beside} ({link}). "
     )

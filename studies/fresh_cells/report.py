@@ -187,9 +187,17 @@ def verdict(found: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
     ]
     judged = len(both) == len(keys())
     needed = needed_verdict()
+    at_most = len(wins) + len(keys()) - len(both)
+    decided = None  # what the cells in already fix, whatever the missing ones give
+    if len(wins) >= needed:
+        decided = MET
+    elif at_most < needed:
+        decided = NOT_MET
     return {
         "verdict": (MET if len(wins) >= needed else NOT_MET) if judged else PENDING,
+        "decided": decided,
         "at_or_below": len(wins),
+        "at_most": at_most,
         "cells_with_both": len(both),
         "of": len(keys()),
         "needed": needed,
@@ -250,11 +258,19 @@ def _ratio_text(ratio: dict[str, Any]) -> str:
 def _verdict_line(v: dict[str, Any]) -> str:
     count = f"at or below tuned AdamW on {v['at_or_below']} of {v['cells_with_both']}"
     if v["verdict"] == PENDING:
-        return (
+        line = (
             f"**Verdict: pending.** `celo2` and AdamW both have results on {v['cells_with_both']} "
             f"of {v['of']} cells; the verdict (at or below tuned AdamW's test loss on at least "
-            f"{v['needed']} of {v['of']}) is judged only when all {v['of']} have both."
+            f"{v['needed']} of {v['of']}) is stated with its count when all {v['of']} have both."
         )
+        if v["decided"] == NOT_MET:
+            line += (
+                f" It can no longer be met: `celo2` is {count} cells, so at most {v['at_most']} "
+                f"of {v['of']} can be at or below."
+            )
+        elif v["decided"] == MET:
+            line += f" It is met already: `celo2` is {count} cells."
+        return line
     return (
         f"**Verdict: {v['verdict']}.** `celo2`'s tuned test loss is {count} fresh cells "
         f"(needed: {v['needed']} of {v['of']})."

@@ -107,6 +107,27 @@ def test_the_verdict_is_pending_while_any_cell_lacks_celo2_or_adamw(tmp_path, op
     assert "**Verdict: pending.**" in report.markdown(summary)
 
 
+@pytest.mark.parametrize(
+    "celo2_wins, missing, decided",
+    [(7, 2, report.NOT_MET), (8, 2, None), (10, 2, report.MET), (9, 4, None)],
+)
+def test_a_pending_verdict_says_when_the_cells_in_already_decide_it(
+    tmp_path, celo2_wins, missing, decided
+):
+    _every_cell(tmp_path)  # celo2 1.1 > AdamW 1.033 everywhere
+    for key in KEYS[:celo2_wins]:
+        _write(tmp_path, "celo2", key, _result("celo2", {1.0: [0.5] * 3}, 0))
+    for key in KEYS[len(KEYS) - missing :]:
+        (tmp_path / "adamw" / f"{key}.json").unlink()
+    summary = _summary(tmp_path)
+    v = summary["verdict"]
+    assert v["verdict"] == report.PENDING and v["decided"] == decided
+    assert v["at_most"] == celo2_wins + missing
+    text = report.markdown(summary)
+    assert ("can no longer be met" in text) == (decided == report.NOT_MET)
+    assert ("It is met already" in text) == (decided == report.MET)
+
+
 def test_a_missing_baseline_other_than_adamw_does_not_hold_the_verdict(tmp_path):
     _every_cell(tmp_path, {"celo2": [0.5] * 3})
     (tmp_path / "muon" / f"{KEYS[0]}.json").unlink()
