@@ -9,8 +9,8 @@ atomically and never made twice (`studies.harness.cells.cached`: a lock per file
 drivers share the work). Each value of a cell is kept as it finishes (`elo.TuningCache` under
 `runs/tuning_cache/`, out of git), so a killed driver loses at most the value it was
 running and the same command resumes the cell. The optimizers the verdict reads (AdamW and
-`celo2`) run on every cell first, in `settings.CELLS`'s order; the others follow, cell by cell
-(`work_order`).
+`celo2`) run on every cell first, in `settings.CELLS`'s order, then the published Celo2, then
+Muon, then the rest (`work_order`, `settings.EVALUATION_ORDER`).
 
 Refuses to start while `celo2` is not shipped: the ship rule (`ship_rule.py`) picks it, and
 shipping it is a reviewed commit made before the first fresh result (rule.md §3).
@@ -76,15 +76,17 @@ def parse_cells(spec: str | None) -> list[tuple[str, int]]:
 def work_order(
     chosen_cells: Sequence[tuple[str, int]], names: Sequence[str]
 ) -> list[tuple[str, str, int]]:
-    """(optimizer, task, horizon) in the order they run (rule.md, "Order" and its amendment):
-    the verdict's optimizers on every chosen cell first, then the others cell by cell."""
-    first = [n for n in names if n in settings.VERDICT_OPTIMIZERS]
-    rest = [n for n in names if n not in settings.VERDICT_OPTIMIZERS]
+    """(optimizer, task, horizon) in the order they run (rule.md, "Order" and its amendments):
+    each group of `settings.EVALUATION_ORDER` on every chosen cell before the next group, the
+    verdict's optimizers first; an optimizer in no group runs last."""
+    grouped = [o for group in settings.EVALUATION_ORDER for o in group]
+    groups = [*settings.EVALUATION_ORDER, tuple(n for n in names if n not in grouped)]
     return [
         (n, task, horizon)
-        for group in (first, rest)
+        for group in groups
         for task, horizon in chosen_cells
         for n in group
+        if n in names
     ]
 
 

@@ -65,9 +65,13 @@ BASELINES = ("adamw", "muon", "sgd")
 # The learned optimizers evaluated on every fresh cell (`elo.pretrained` names); "celo2" is the
 # ship rule's winner (rule.md, "Ship rule v2").
 LEARNED = ("celo2", "celo2_published", "small_fc_mnist8")
-# The optimizers the verdict reads (rule.md §4) run on every cell first, in CELLS's order; the
-# others follow, cell by cell (rule.md, "Order" and its amendment of 2026-11-29, 21:33 UTC).
+# The optimizers the verdict reads (rule.md §4).
 VERDICT_OPTIMIZERS = ("adamw", "celo2")
+# The order of the rest of the evaluation (rule.md, amendments of 2026-11-29): each group runs
+# on every cell, in CELLS's order, before the next group; within a group, every optimizer on a
+# cell before the next cell. The verdict's optimizers first, then the published Celo2's row
+# (§4 reports it beside celo2's), then Muon (the second reference of §4's ratios), then the rest.
+EVALUATION_ORDER = (VERDICT_OPTIMIZERS, ("celo2_published",), ("muon",), ("small_fc_mnist8", "sgd"))
 # The verdict: the shipped Celo2 at or below tuned AdamW's test loss on at least this share.
 VERDICT_SHARE = 2 / 3
 

@@ -31,8 +31,13 @@ def test_the_verdicts_optimizers_run_on_every_cell_before_the_others():
     verdict = 2 * len(cells)
     assert {n for n, _, _ in order[:verdict]} == set(settings.VERDICT_OPTIMIZERS)
     assert [(t, h) for _, t, h in order[:verdict:2]] == cells  # in the rule's cell order
-    rest = order[verdict:]
-    assert [(t, h) for _, t, h in rest[:: len(names) - 2]] == cells  # then cell by cell
+    published = order[verdict : verdict + len(cells)]
+    assert published == [("celo2_published", t, h) for t, h in cells]  # its row next
+    muon = order[verdict + len(cells) : verdict + 2 * len(cells)]
+    assert muon == [("muon", t, h) for t, h in cells]
+    rest = order[verdict + 2 * len(cells) :]
+    assert [(t, h) for _, t, h in rest[::2]] == cells  # then the last two, cell by cell
+    assert {n for n, _, _ in rest} == {"small_fc_mnist8", "sgd"}
     assert evaluate.work_order(cells, ["muon"]) == [("muon", t, h) for t, h in cells]
 
 
