@@ -159,10 +159,12 @@ def index_table(f: dict[str, Any]) -> str:
     )
     fresh = f["fresh"]
     if fresh["verdict"] == "pending" and fresh["decided"] is not None:
+        outcome = "cannot be met" if fresh["decided"] == "not met" else "met already"
         fresh_text = (
-            f"**{fresh['decided'].capitalize()}** (decided before its last cells): `celo2` at or "
-            f"below tuned AdamW on {fresh['at_or_below']} of {fresh['cells_with_both']} cells so "
-            f"far, at most {fresh['at_most']} of {fresh['of']} possible ({fresh['needed']} needed)"
+            f"**Pending; {outcome}**: `celo2` at or below tuned AdamW on "
+            f"{fresh['at_or_below']} of {fresh['cells_with_both']} cells so far, at most "
+            f"{fresh['at_most']} of {fresh['of']} possible ({fresh['needed']} needed); stated with "
+            f"its count when all {fresh['of']} are in"
         )
     elif fresh["verdict"] == "pending":
         fresh_text = (
@@ -222,20 +224,24 @@ def fresh_sentence(f: dict[str, Any], docs: str) -> str:
         f"On {fresh['of']} problems no study here had looked at, the shipped `celo2` with the "
         "warm-up + cosine step users run (its step multiplier tuned as AdamW's rate is)"
     )
+    early = (
+        f"its verdict is stated with its count when all {fresh['of']} cells are in; this early "
+        "reading, arithmetic on that count, is a dated amendment of the rule"
+    )
     if fresh["verdict"] == "pending" and fresh["decided"] == "not met":
         return (
-            f"{subject} does not meet its pre-registered test (at or below tuned AdamW's test "
-            f"loss on {fresh['needed']} of {fresh['of']}): it is above on "
+            f"{subject} cannot meet its pre-registered test (at or below tuned AdamW's test loss "
+            f"on {fresh['needed']} of {fresh['of']}): it is not at or below on "
             f"{fresh['cells_with_both'] - fresh['at_or_below']} of the "
             f"{fresh['cells_with_both']} cells evaluated so far, so at most {fresh['at_most']} "
-            f"can be at or below ({link}). "
+            f"can be ({early}; {link}). "
         )
     if fresh["verdict"] == "pending" and fresh["decided"] == "met":
         return (
             f"{subject} meets its pre-registered test (at or below tuned AdamW's test loss on "
             f"{fresh['needed']} of {fresh['of']}) already: at or below on "
             f"{fresh['at_or_below']} of the {fresh['cells_with_both']} cells evaluated so far "
-            f"({link}). "
+            f"({early}; {link}). "
         )
     if fresh["verdict"] == "pending":
         return (
