@@ -227,6 +227,39 @@ def test_the_front_pages_numbers_are_the_generated_ones():
         assert f'--8<-- "docs/generated/{snippet}"' in (ROOT / "docs" / page).read_text()
 
 
+@pytest.mark.parametrize(
+    "verdict, decided, at_or_below, cells, expected",
+    [
+        ("pending", None, 5, 8, "**Pending**: 8 of 14 cells evaluated; met if"),
+        ("pending", "not met", 7, 12, "**Pending; cannot be met**: `celo2` at or below tuned Ad"),
+        ("pending", "met", 10, 12, "**Pending; met already**: `celo2` at or below tuned AdamW on"),
+        ("not met", None, 8, 14, "**Not met**: `celo2` at or below tuned AdamW on 8 of 14 fresh"),
+        ("met", None, 11, 14, "**Met**: `celo2` at or below tuned AdamW on 11 of 14 fresh cells"),
+    ],
+)
+def test_the_results_table_states_the_fresh_cells_verdict_as_the_report_does(
+    verdict, decided, at_or_below, cells, expected
+):
+    from docs.generated import results
+
+    fresh = {
+        "verdict": verdict,
+        "decided": decided,
+        "at_or_below": at_or_below,
+        "at_most": at_or_below + 14 - cells,
+        "cells_with_both": cells,
+        "of": 14,
+        "needed": 10,
+    }
+    text = results.fresh_verdict_text(fresh)
+    assert text.startswith(expected)
+    if decided is not None:
+        assert (
+            f"{at_or_below} of {cells} cells so far, at most {at_or_below + 14 - cells} of 14"
+            in text
+        )
+
+
 def test_the_generator_rewrites_only_readmes_results_paragraph():
     from docs.generated import results
 

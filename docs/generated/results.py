@@ -127,6 +127,29 @@ def _percent(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def fresh_verdict_text(fresh: dict[str, Any]) -> str:
+    """The Results table's verdict cell for the fresh cells: pending, pending but already
+    decided by the cells in, or stated with its count."""
+    if fresh["verdict"] == "pending" and fresh["decided"] is not None:
+        outcome = "cannot be met" if fresh["decided"] == "not met" else "met already"
+        return (
+            f"**Pending; {outcome}**: `celo2` at or below tuned AdamW on "
+            f"{fresh['at_or_below']} of {fresh['cells_with_both']} cells so far, at most "
+            f"{fresh['at_most']} of {fresh['of']} possible ({fresh['needed']} needed); stated with "
+            f"its count when all {fresh['of']} are in"
+        )
+    if fresh["verdict"] == "pending":
+        return (
+            f"**Pending**: {fresh['cells_with_both']} of {fresh['of']} cells evaluated; met if "
+            f"`celo2` is at or below tuned AdamW on at least {fresh['needed']} of {fresh['of']} "
+            "(registered before any result)"
+        )
+    return (
+        f"**{fresh['verdict'].capitalize()}**: `celo2` at or below tuned AdamW on "
+        f"{fresh['at_or_below']} of {fresh['of']} fresh cells ({fresh['needed']} needed)"
+    )
+
+
 def index_table(f: dict[str, Any]) -> str:
     """The Results page's table: question, verdict with its numbers, page."""
     h1 = f["h1"]
@@ -157,26 +180,7 @@ def index_table(f: dict[str, Any]) -> str:
         f"**Not within {f['specialise_steps']} outer steps** on a sine regression, for either "
         f"shipped optimizer ({min(f['specialise_seeds'])} meta-seeds each)"
     )
-    fresh = f["fresh"]
-    if fresh["verdict"] == "pending" and fresh["decided"] is not None:
-        outcome = "cannot be met" if fresh["decided"] == "not met" else "met already"
-        fresh_text = (
-            f"**Pending; {outcome}**: `celo2` at or below tuned AdamW on "
-            f"{fresh['at_or_below']} of {fresh['cells_with_both']} cells so far, at most "
-            f"{fresh['at_most']} of {fresh['of']} possible ({fresh['needed']} needed); stated with "
-            f"its count when all {fresh['of']} are in"
-        )
-    elif fresh["verdict"] == "pending":
-        fresh_text = (
-            f"**Pending**: {fresh['cells_with_both']} of {fresh['of']} cells evaluated; met if "
-            f"`celo2` is at or below tuned AdamW on at least {fresh['needed']} of {fresh['of']} "
-            "(registered before any result)"
-        )
-    else:
-        fresh_text = (
-            f"**{fresh['verdict'].capitalize()}**: `celo2` at or below tuned AdamW on "
-            f"{fresh['at_or_below']} of {fresh['of']} fresh cells ({fresh['needed']} needed)"
-        )
+    fresh_text = fresh_verdict_text(f["fresh"])
     rows = [
         (
             "Does ELO-Celo2, the paper's headline configuration at its width, beat tuned AdamW "
