@@ -11,6 +11,7 @@ COMMANDS = {
         "studies.fresh_cells.eval_points", "what measuring at eleven points cost (an amendment)"
     ),
     "report": Command("studies.fresh_cells.report", "the verdict and every cell's rows"),
+    "status": Command("studies.fresh_cells.status", "the results left, in the order they run"),
 }
 
 if __name__ == "__main__":
