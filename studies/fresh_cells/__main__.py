@@ -11,6 +11,7 @@ COMMANDS = {
         "studies.fresh_cells.eval_points", "what measuring at eleven points cost (an amendment)"
     ),
     "report": Command("studies.fresh_cells.report", "the verdict and every cell's rows"),
+    "record": Command("studies.fresh_cells.record", "the shipped Celo2 records' evaluation tables"),
     "status": Command("studies.fresh_cells.status", "the results left, in the order they run"),
 }
 

@@ -43,6 +43,11 @@ RULE = (
 # (`made_as_judged` checks each result file the rule read says so).
 SCHEDULE = settings.LEARNED_SCHEDULES["Celo2"]
 PUBLISHED = "celo2_published"
+# A shipped record's fresh-cells table until every fresh cell has its result (`record.py`).
+FRESH_PENDING = {
+    "status": "pending: measured under studies/fresh_cells (rule.md §4); the rows come once "
+    "every fresh cell has this optimizer's result"
+}
 
 
 def winner_source(winner: str, headline_results: Path) -> tuple[elo.Celo2, dict[str, Any]]:
@@ -177,7 +182,7 @@ def ship(decision_path: Path, evaluation: Path, headline_results: Path, out: Pat
             },
             "evaluation": {
                 "headline_cells": headline_rows(winner, evaluation),
-                "fresh_cells": "measured under studies/fresh_cells (rule.md §4)",
+                "fresh_cells": FRESH_PENDING,
             },
             "shipped_at_commit": common.git_commit(),
         }

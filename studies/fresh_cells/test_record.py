@@ -1,0 +1,56 @@
+"""The shipped Celo2 records' evaluation tables: made from the committed results, the headline
+rows are the ones shipping wrote, and the fresh rows wait for every cell."""
+
+import copy
+
+from studies import common
+from studies.fresh_cells import record, report
+
+
+def test_the_headline_rows_are_remade_from_the_results_the_ship_rule_read():
+    summary = common.load_json(report.RESULTS / "summary.json")
+    made = record.record("celo2", summary)
+    installed = common.load_json(record.PACKAGE / "celo2.json")
+    assert made["evaluation"]["headline_cells"] == installed["evaluation"]["headline_cells"]
+    others = [k for k in installed if k != "evaluation"]
+    assert list(made) == list(installed) and all(made[k] == installed[k] for k in others)
+    published = record.record("celo2_published", summary)["evaluation"]["headline_cells"]
+    assert len(published) == 14
+    at_or_below = [r["validation_loss"] <= r["adamw_validation_loss"] for r in published.values()]
+    assert sum(at_or_below) == 9  # ship rule v2's count for the published Celo2
+
+
+def _summary(missing: bool) -> dict:
+    row = {
+        "test_loss": 0.9,
+        "value": 3.16,
+        "failures": [],
+        "vs_adamw": {"mean": 0.9, "ci95": 0.1, "of_means": 0.9},
+        "vs_muon": {"mean": 1.0, "ci95": 0.1, "of_means": 1.0},
+    }
+    cell = {
+        "optimizers": {
+            "adamw": {"test_loss": 1.0},
+            "muon": {"test_loss": 0.9},
+            "celo2": row,
+            "celo2_published": copy.deepcopy(row),
+        }
+    }
+    cells = {"a@10": cell, "b@20": copy.deepcopy(cell)}
+    if missing:
+        cells["b@20"]["optimizers"]["celo2_published"] = None
+    return {
+        "cells": cells,
+        "verdict": {"at_or_below": 2},
+        "beside_adamw": {"celo2_published": {"at_or_below": 1, "cells_with_both": 1}},
+    }
+
+
+def test_the_fresh_rows_wait_for_every_cell_and_then_carry_the_reports_figures():
+    pending = record.fresh_rows(_summary(missing=True), "celo2_published")
+    assert list(pending) == ["status"] and "pending" in pending["status"]
+    rows = record.fresh_rows(_summary(missing=False), "celo2")
+    assert rows["at_or_below_adamw"] == 2 and rows["of"] == 2
+    assert rows["cells"]["a@10"]["vs_adamw"]["mean"] == 0.9
+    assert rows["cells"]["b@20"]["adamw_test_loss"] == 1.0
+    assert rows["cells"]["b@20"]["muon_test_loss"] == 0.9
