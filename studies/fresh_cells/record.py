@@ -1,7 +1,7 @@
 """The evaluation tables of the shipped Celo2 records (issue 43, item 1): what
 `elo.available_pretrained()` says of how `celo2` and `celo2_published` did.
 
-    python -m studies.fresh_cells record    # writes results/shipped/<name>.json for both
+    python -m studies.fresh_cells record    # writes results/records/<name>.json for both
 
 Each record is the installed one (`elo/pretrained/<name>.json`) with its `evaluation` made from
 committed results:
@@ -9,11 +9,13 @@ committed results:
 - `headline_cells`: the 14 headline cells with the warm-up + cosine step, the results ship
   rule v2 read (`rule.md` §3): tuned validation loss (which chose) and test loss (reported),
   beside tuned AdamW's;
-- `fresh_cells`: the fresh cells' rows of the report (`results/summary.json`), once all 14 are
-  in for that optimizer; until then, a status that does not change as results come.
+- `fresh_cells`: the fresh cells' rows of the report (`results/summary.json`), once every fresh
+  cell has this optimizer's, AdamW's and Muon's results; until then, a status that does not
+  change as results come.
 
 Like `ship`, it never writes into the package: shipping the records is a reviewed
-`cp studies/fresh_cells/results/shipped/<name>.json elo/pretrained/` (the weights do not change).
+`cp studies/fresh_cells/results/records/<name>.json elo/pretrained/` (the weights do not
+change). Its folder is not `ship`'s, so a record made here never replaces a newly shipped one.
 """
 
 import argparse
@@ -22,74 +24,92 @@ from pathlib import Path
 from typing import Any
 
 from studies import common
+from studies.celo2_headline.shipped_report import PRETRAINED
 from studies.fresh_cells import report, ship, ship_rule
+from studies.harness.provenance import installed_weights_sha256
 
 
-HERE = Path(__file__).parent
-PACKAGE = HERE.parents[1] / "elo" / "pretrained"
 NAMES = ("celo2", ship.PUBLISHED)
+# The results a fresh-cells row is read beside: AdamW's and Muon's (`rule.md` §4).
+REFERENCES = ("adamw", "muon")
 
 
 def fresh_rows(summary: dict[str, Any], name: str) -> dict[str, Any]:
-    """`name`'s row on every fresh cell, with tuned AdamW's and Muon's test losses, once all the
-    cells have its result; until then a status that says how many have."""
+    """`name`'s row on every fresh cell, with tuned AdamW's and Muon's test losses, once every
+    cell has the three results; until then `ship.FRESH_PENDING`."""
     cells = summary["cells"]
-    present = [k for k, c in cells.items() if c["optimizers"][name] is not None]
-    if len(present) < len(cells):
+    complete = all(
+        cell["optimizers"][o] is not None for cell in cells.values() for o in (name, *REFERENCES)
+    )
+    if not complete:
         return dict(ship.FRESH_PENDING)
     rows = {}
     for key, cell in cells.items():
-        mine, adamw, muon = (cell["optimizers"][o] for o in (name, "adamw", "muon"))
+        mine, adamw, muon = (cell["optimizers"][o] for o in (name, *REFERENCES))
         rows[key] = {
             "test_loss": mine["test_loss"],
             "multiplier": mine["value"],
             "failures": mine["failures"],
             "vs_adamw": mine["vs_adamw"],
             "vs_muon": mine["vs_muon"],
-            "adamw_test_loss": None if adamw is None else adamw["test_loss"],
-            "muon_test_loss": None if muon is None else muon["test_loss"],
+            "adamw_test_loss": adamw["test_loss"],
+            "muon_test_loss": muon["test_loss"],
         }
     verdict = summary["verdict"]
+    if name == "celo2":
+        counted = {"verdict": verdict["verdict"], "at_or_below_adamw": verdict["at_or_below"]}
+    else:
+        counted = {"at_or_below_adamw": summary["beside_adamw"][name]["at_or_below"]}
     return {
         "rule": "studies/fresh_cells/rule.md §1 (protocol v2), §4 (the verdict)",
-        "at_or_below_adamw": (
-            verdict["at_or_below"]
-            if name == "celo2"
-            else summary["beside_adamw"][name]["at_or_below"]
-        ),
+        **counted,
         "of": len(cells),
         "cells": rows,
     }
+
+
+def same_weights_as_celo2(name: str) -> bool:
+    """Whether `name` is the published Celo2 and `celo2` ships the same weights (then the study
+    evaluates it once, as `celo2`)."""
+    return name == ship.PUBLISHED and installed_weights_sha256(name) == installed_weights_sha256(
+        "celo2"
+    )
 
 
 def record(
     name: str,
     summary: dict[str, Any],
     evaluation: Path = ship_rule.EVALUATION,
-    package: Path = PACKAGE,
+    package: Path = PRETRAINED,
 ) -> dict[str, Any]:
     """The installed record of `name` with its evaluation tables made from the results."""
     installed = json.loads((package / f"{name}.json").read_text())
     candidate = installed.get("candidate", name)  # celo2 names the main run it came from
     ship.made_as_judged(candidate, evaluation)
+    fresh = (
+        {"status": "evaluated as celo2, which ships the same weights (see its record)"}
+        if same_weights_as_celo2(name)
+        else fresh_rows(summary, name)
+    )
     return installed | {
         "evaluation": {
             "headline_cells": ship.headline_rows(candidate, evaluation),
-            "fresh_cells": fresh_rows(summary, name),
+            "fresh_cells": fresh,
         }
     }
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Write both records into `--out-dir` (default: results/records/)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--evaluation", type=Path, default=ship_rule.EVALUATION)
-    parser.add_argument("--out", type=Path, default=report.RESULTS / "shipped")
+    parser.add_argument("--out-dir", type=Path, default=report.RESULTS / "records")
     args = parser.parse_args(argv)
     summary = common.load_json(report.RESULTS / "summary.json")
     for name in NAMES:
-        path = args.out / f"{name}.json"
+        path = args.out_dir / f"{name}.json"
         common.write_json(path, record(name, summary, args.evaluation))
         print(f"wrote {path}")
     return 0

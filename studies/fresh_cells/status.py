@@ -3,7 +3,9 @@
     python -m studies.fresh_cells status
 
 One line per missing (optimizer, cell), with the values its tuning has kept so far
-(`runs/tuning_cache/`), and a count of the results in. Reads files only; starts nothing.
+(`runs/tuning_cache/`), and a count of the results in. Reads files only; starts nothing. A
+result file counts as in when it exists, as `evaluate` skips it; the report may still leave one
+out as stale (made with other weights than the package's), so its count can be lower.
 """
 
 import argparse
@@ -13,10 +15,10 @@ from studies.fresh_cells import evaluate, settings
 
 
 def pending(
-    results: Path = evaluate.RESULTS, cache: Path = evaluate.TUNING_CACHE
+    names: list[str], results: Path = evaluate.RESULTS, cache: Path = evaluate.TUNING_CACHE
 ) -> list[tuple[str, str, int]]:
-    """Each missing (optimizer, cell key, values kept), in the order the evaluation runs."""
-    names = evaluate.optimizers(None)
+    """Each missing (optimizer, cell key, values kept) of `names`' results, in the order the
+    evaluation runs."""
     left = []
     for name, task, horizon in evaluate.work_order(settings.CELLS, names):
         key = f"{task}@{horizon}"
@@ -27,14 +29,16 @@ def pending(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Print the count of results in and every missing one, in the order they run."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--results-dir", type=Path, default=evaluate.RESULTS)
     parser.add_argument("--cache-dir", type=Path, default=evaluate.TUNING_CACHE)
     args = parser.parse_args(argv)
-    left = pending(args.results_dir, args.cache_dir)
-    total = len(evaluate.optimizers(None)) * len(settings.CELLS)
+    names = evaluate.optimizers(None)
+    left = pending(names, args.results_dir, args.cache_dir)
+    total = len(names) * len(settings.CELLS)
     print(f"{total - len(left)} of {total} results in; left, in the order they run:")
     for name, key, kept in left:
         note = f"  ({kept} value{'s' * (kept != 1)} kept)" if kept else ""

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import elo
-from studies.fresh_cells import evaluate, settings, status
+from studies.fresh_cells import evaluate, settings
 
 
 def test_cells_are_chosen_by_their_number_in_the_rule():
@@ -105,24 +105,3 @@ def test_the_weights_digest_leaves_elo_pretrained_callable():
     digest = evaluate.installed_weights_sha256("small_fc_mnist8")
     assert len(digest) == 64 and callable(elo.pretrained)
     assert isinstance(elo.pretrained("small_fc_mnist8"), elo.AbstractLearnedOptimizer)
-
-
-def test_status_lists_what_is_left_in_the_order_it_runs(tmp_path, capsys):
-    names = evaluate.optimizers(None)
-    order = evaluate.work_order(settings.CELLS, names)
-    for name, task, horizon in order[:3]:  # the first three results are in
-        (tmp_path / "results" / name).mkdir(parents=True, exist_ok=True)
-        (tmp_path / "results" / name / f"{task}@{horizon}.json").write_text("{}")
-    name, task, horizon = order[3]
-    kept = tmp_path / "cache" / name / f"{task}@{horizon}"
-    kept.mkdir(parents=True)
-    for v in (0.01, 0.1):
-        (kept / f"value_{v}.json").write_text("{}")
-    left = status.pending(tmp_path / "results", tmp_path / "cache")
-    assert [(n, k) for n, k, _ in left] == [(n, f"{t}@{h}") for n, t, h in order[3:]]
-    assert left[0][2] == 2 and all(kept == 0 for _, _, kept in left[1:])
-    status.main(
-        ["--results-dir", str(tmp_path / "results"), "--cache-dir", str(tmp_path / "cache")]
-    )
-    out = capsys.readouterr().out
-    assert out.startswith(f"3 of {len(order)} results in") and "(2 values kept)" in out

@@ -4,13 +4,13 @@ rows are the ones shipping wrote, and the fresh rows wait for every cell."""
 import copy
 
 from studies import common
-from studies.fresh_cells import record, report
+from studies.fresh_cells import record, report, ship
 
 
 def test_the_headline_rows_are_remade_from_the_results_the_ship_rule_read():
     summary = common.load_json(report.RESULTS / "summary.json")
     made = record.record("celo2", summary)
-    installed = common.load_json(record.PACKAGE / "celo2.json")
+    installed = common.load_json(record.PRETRAINED / "celo2.json")
     assert made["evaluation"]["headline_cells"] == installed["evaluation"]["headline_cells"]
     others = [k for k in installed if k != "evaluation"]
     assert list(made) == list(installed) and all(made[k] == installed[k] for k in others)
@@ -41,16 +41,30 @@ def _summary(missing: bool) -> dict:
         cells["b@20"]["optimizers"]["celo2_published"] = None
     return {
         "cells": cells,
-        "verdict": {"at_or_below": 2},
+        "verdict": {"verdict": "met", "at_or_below": 2},
         "beside_adamw": {"celo2_published": {"at_or_below": 1, "cells_with_both": 1}},
     }
 
 
 def test_the_fresh_rows_wait_for_every_cell_and_then_carry_the_reports_figures():
     pending = record.fresh_rows(_summary(missing=True), "celo2_published")
-    assert list(pending) == ["status"] and "pending" in pending["status"]
+    assert pending == ship.FRESH_PENDING
+    without_muon = _summary(missing=False)
+    without_muon["cells"]["a@10"]["optimizers"]["muon"] = None  # its ratios would be missing
+    assert record.fresh_rows(without_muon, "celo2") == ship.FRESH_PENDING
     rows = record.fresh_rows(_summary(missing=False), "celo2")
-    assert rows["at_or_below_adamw"] == 2 and rows["of"] == 2
+    assert rows["verdict"] == "met" and rows["at_or_below_adamw"] == 2 and rows["of"] == 2
+    published = record.fresh_rows(_summary(missing=False), "celo2_published")
+    assert published["at_or_below_adamw"] == 1 and "verdict" not in published
     assert rows["cells"]["a@10"]["vs_adamw"]["mean"] == 0.9
     assert rows["cells"]["b@20"]["adamw_test_loss"] == 1.0
     assert rows["cells"]["b@20"]["muon_test_loss"] == 0.9
+
+
+def test_the_published_record_points_to_celo2_when_both_ship_the_same_weights(monkeypatch):
+    monkeypatch.setattr(record, "installed_weights_sha256", lambda name: "same")
+    assert record.same_weights_as_celo2("celo2_published")
+    assert not record.same_weights_as_celo2("celo2")
+    summary = common.load_json(report.RESULTS / "summary.json")
+    fresh = record.record("celo2_published", summary)["evaluation"]["fresh_cells"]
+    assert fresh["status"].startswith("evaluated as celo2")
