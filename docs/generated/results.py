@@ -232,18 +232,20 @@ def fresh_sentence(f: dict[str, Any], docs: str) -> str:
         f"its verdict is stated with its count when all {fresh['of']} cells are in; this early "
         "reading, arithmetic on that count, is a dated amendment of the rule"
     )
+    test = (
+        f"its pre-registered test (at or below tuned AdamW's test loss on {fresh['needed']} of "
+        f"{fresh['of']})"
+    )
     if fresh["verdict"] == "pending" and fresh["decided"] == "not met":
         return (
-            f"{subject} cannot meet its pre-registered test (at or below tuned AdamW's test loss "
-            f"on {fresh['needed']} of {fresh['of']}): it is not at or below on "
+            f"{subject} cannot meet {test}: it is not at or below on "
             f"{fresh['cells_with_both'] - fresh['at_or_below']} of the "
             f"{fresh['cells_with_both']} cells evaluated so far, so at most {fresh['at_most']} "
             f"can be ({early}; {link}). "
         )
     if fresh["verdict"] == "pending" and fresh["decided"] == "met":
         return (
-            f"{subject} meets its pre-registered test (at or below tuned AdamW's test loss on "
-            f"{fresh['needed']} of {fresh['of']}) already: at or below on "
+            f"{subject} meets {test} already: at or below on "
             f"{fresh['at_or_below']} of the {fresh['cells_with_both']} cells evaluated so far "
             f"({early}; {link}). "
         )
