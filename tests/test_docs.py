@@ -227,6 +227,19 @@ def test_the_front_pages_numbers_are_the_generated_ones():
         assert f'--8<-- "docs/generated/{snippet}"' in (ROOT / "docs" / page).read_text()
 
 
+def _fresh_verdict(verdict, decided, at_or_below, cells):
+    """The report's fresh-cells verdict for 14 cells, 10 needed."""
+    return {
+        "verdict": verdict,
+        "decided": decided,
+        "at_or_below": at_or_below,
+        "at_most": at_or_below + 14 - cells,
+        "cells_with_both": cells,
+        "of": 14,
+        "needed": 10,
+    }
+
+
 @pytest.mark.parametrize(
     "verdict, decided, at_or_below, cells, expected",
     [
@@ -242,16 +255,7 @@ def test_the_results_table_states_the_fresh_cells_verdict_as_the_report_does(
 ):
     from docs.generated import results
 
-    fresh = {
-        "verdict": verdict,
-        "decided": decided,
-        "at_or_below": at_or_below,
-        "at_most": at_or_below + 14 - cells,
-        "cells_with_both": cells,
-        "of": 14,
-        "needed": 10,
-    }
-    text = results.fresh_verdict_text(fresh)
+    text = results.fresh_verdict_text(_fresh_verdict(verdict, decided, at_or_below, cells))
     assert text.startswith(expected)
     if decided is not None:
         assert (
@@ -301,15 +305,9 @@ def test_the_front_pages_state_the_fresh_cells_verdict_only_once_it_is_judged(
     }[verdict]
     decided = {"cannot be met": "not met", "met already": "met"}.get(verdict)
     facts = {
-        "fresh": {
-            "verdict": verdict if verdict in ("not met", "met") else "pending",
-            "decided": decided,
-            "at_or_below": at_or_below,
-            "at_most": at_or_below + 14 - cells,
-            "cells_with_both": cells,
-            "of": 14,
-            "needed": 10,
-        },
+        "fresh": _fresh_verdict(
+            verdict if verdict in ("not met", "met") else "pending", decided, at_or_below, cells
+        ),
         "fresh_published": {"at_or_below": 4, "cells_with_both": published},
     }
     sentence = " ".join(results.fresh_sentence(facts, "docs/").split())
