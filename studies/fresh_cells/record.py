@@ -10,8 +10,9 @@ committed results:
   rule v2 read (`rule.md` §3): tuned validation loss (which chose) and test loss (reported),
   beside tuned AdamW's;
 - `fresh_cells`: the fresh cells' rows of the report (`results/summary.json`), once every fresh
-  cell has this optimizer's, AdamW's and Muon's results; until then, a status that does not
-  change as results come.
+  cell has this optimizer's and AdamW's results (the verdict's reference); until then, a status
+  that does not change as results come. Muon's figures are `null` on a cell without its result,
+  and `muon_pending` names those cells.
 
 Like `ship`, it never writes into the package: shipping the records is a reviewed
 `cp studies/fresh_cells/results/records/<name>.json elo/pretrained/` (the weights do not
@@ -30,22 +31,22 @@ from studies.harness.provenance import installed_weights_sha256
 
 
 NAMES = ("celo2", ship.PUBLISHED)
-# The results a fresh-cells row is read beside: AdamW's and Muon's (`rule.md` §4).
-REFERENCES = ("adamw", "muon")
 
 
 def fresh_rows(summary: dict[str, Any], name: str) -> dict[str, Any]:
     """`name`'s row on every fresh cell, with tuned AdamW's and Muon's test losses, once every
-    cell has the three results; until then `ship.FRESH_PENDING`."""
+    cell has `name`'s and AdamW's results; until then `ship.FRESH_PENDING`. Muon, the second
+    reference of rule.md §4's ratios, runs after the learned optimizers (its order amendment),
+    so a row may come before Muon's result: its Muon figures are then `None`."""
     cells = summary["cells"]
     complete = all(
-        cell["optimizers"][o] is not None for cell in cells.values() for o in (name, *REFERENCES)
+        cell["optimizers"][o] is not None for cell in cells.values() for o in (name, "adamw")
     )
     if not complete:
         return dict(ship.FRESH_PENDING)
     rows = {}
     for key, cell in cells.items():
-        mine, adamw, muon = (cell["optimizers"][o] for o in (name, *REFERENCES))
+        mine, adamw, muon = (cell["optimizers"][o] for o in (name, "adamw", "muon"))
         rows[key] = {
             "test_loss": mine["test_loss"],
             "multiplier": mine["value"],
@@ -53,7 +54,7 @@ def fresh_rows(summary: dict[str, Any], name: str) -> dict[str, Any]:
             "vs_adamw": mine["vs_adamw"],
             "vs_muon": mine["vs_muon"],
             "adamw_test_loss": adamw["test_loss"],
-            "muon_test_loss": muon["test_loss"],
+            "muon_test_loss": None if muon is None else muon["test_loss"],
         }
     verdict = summary["verdict"]
     if name == "celo2":
@@ -64,6 +65,7 @@ def fresh_rows(summary: dict[str, Any], name: str) -> dict[str, Any]:
         "rule": "studies/fresh_cells/rule.md §1 (protocol v2), §4 (the verdict)",
         **counted,
         "of": len(cells),
+        "muon_pending": [k for k, cell in cells.items() if cell["optimizers"]["muon"] is None],
         "cells": rows,
     }
 

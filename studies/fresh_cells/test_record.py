@@ -1,5 +1,6 @@
 """The shipped Celo2 records' evaluation tables: made from the committed results, the headline
-rows are the ones shipping wrote, and the fresh rows wait for every cell."""
+rows are the ones shipping wrote, and the fresh rows wait for the optimizer and AdamW on every
+cell."""
 
 import copy
 
@@ -49,10 +50,11 @@ def _summary(missing: bool) -> dict:
 def test_the_fresh_rows_wait_for_every_cell_and_then_carry_the_reports_figures():
     pending = record.fresh_rows(_summary(missing=True), "celo2_published")
     assert pending == ship.FRESH_PENDING
-    without_muon = _summary(missing=False)
-    without_muon["cells"]["a@10"]["optimizers"]["muon"] = None  # its ratios would be missing
-    assert record.fresh_rows(without_muon, "celo2") == ship.FRESH_PENDING
+    without_adamw = _summary(missing=False)
+    without_adamw["cells"]["a@10"]["optimizers"]["adamw"] = None
+    assert record.fresh_rows(without_adamw, "celo2") == ship.FRESH_PENDING
     rows = record.fresh_rows(_summary(missing=False), "celo2")
+    assert rows["muon_pending"] == []
     assert rows["verdict"] == "met" and rows["at_or_below_adamw"] == 2 and rows["of"] == 2
     published = record.fresh_rows(_summary(missing=False), "celo2_published")
     assert published["at_or_below_adamw"] == 1 and "verdict" not in published
@@ -68,3 +70,19 @@ def test_the_published_record_points_to_celo2_when_both_ship_the_same_weights(mo
     summary = common.load_json(report.RESULTS / "summary.json")
     fresh = record.record("celo2_published", summary)["evaluation"]["fresh_cells"]
     assert fresh["status"].startswith("evaluated as celo2")
+
+
+def test_a_fresh_row_without_muons_result_says_so_and_keeps_adamws():
+    summary = _summary(missing=False)
+    summary["cells"]["a@10"]["optimizers"]["muon"] = None
+    summary["cells"]["a@10"]["optimizers"]["celo2"]["vs_muon"] = {
+        "mean": None,
+        "ci95": None,
+        "of_means": None,
+    }
+    rows = record.fresh_rows(summary, "celo2")
+    assert rows["muon_pending"] == ["a@10"]
+    assert rows["cells"]["a@10"]["muon_test_loss"] is None
+    assert rows["cells"]["a@10"]["vs_muon"]["mean"] is None
+    assert rows["cells"]["a@10"]["vs_adamw"]["mean"] == 0.9
+    assert rows["cells"]["b@20"]["muon_test_loss"] == 0.9
