@@ -14,7 +14,6 @@ drivers can share a queue (a lock per run), but on two cores one run at a time f
 """
 
 import argparse
-import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -267,10 +266,10 @@ def main() -> None:
     if args.command == "status":
         status(args)
         return
+    # One JAX device per core, as `elo meta-train --cpu-devices auto` chose for each run; before
+    # `check_settings`, whose first call records the environment and so starts JAX.
+    elo.use_cpu_cores()
     check_settings(Path(args.results_dir))
-    # One JAX device per core, as `elo meta-train --cpu-devices auto` chose for each run.
-    with contextlib.suppress(RuntimeError):
-        elo.use_cpu_cores()
     {"pilot": run_pilot, "train": run_main}[args.command](args)
 
 

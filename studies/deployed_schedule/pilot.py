@@ -12,7 +12,6 @@ under --runs-dir that resumes where it stopped; a finished run's `meta.json` (it
 """
 
 import argparse
-import contextlib
 import json
 import math
 import statistics
@@ -218,6 +217,17 @@ def check_settings(results: Path) -> None:
         common.write_json(path, {"settings": current, "environment": common.environment()})
 
 
+def prepare(results: Path) -> int:
+    """One JAX device per core (as `elo meta-train --cpu-devices auto` chooses), then
+    `check_settings`; returns the device count. In this order because recording the settings
+    records the environment, which starts JAX with the devices it has then: the other way
+    round, the first start of the pilot ran its first run on one device (rule.md, amendment of
+    2026-11-30)."""
+    devices = elo.use_cpu_cores()
+    check_settings(results)
+    return devices
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -233,10 +243,7 @@ def main() -> int:
     if args.command == "status":
         status(args)
         return 0
-    check_settings(Path(args.results_dir))
-    # One JAX device per core, as `elo meta-train --cpu-devices auto` chooses.
-    with contextlib.suppress(RuntimeError):
-        elo.use_cpu_cores()
+    prepare(Path(args.results_dir))
     run_pilot(args)
     return 0
 

@@ -3,7 +3,11 @@ the rule's, the warm start is ship rule v2's ranking of six, and the pilot's sta
 rule.md §3-4 say."""
 
 import json
+import os
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +161,28 @@ def test_a_pilot_run_is_meta_train_from_the_warm_start_with_the_rules_checks(tmp
     assert (validation.every, validation.num_steps) == (1000, 5000)
     assert validation.scales == (1.0,)
     assert [t.name for t in validation.tasks] == list(settings.SELECTION_TASKS)
+
+
+def test_the_pilot_gets_one_device_per_core_before_it_records_its_settings(tmp_path):
+    # A fresh process: JAX keeps the devices it starts with. Recording the settings first
+    # started JAX on one device (and `use_cpu_cores` then could not change it).
+    root = Path(__file__).parents[2]
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+    env["PYTHONPATH"] = str(root)
+    script = (
+        "import sys, pathlib, jax, elo\n"
+        "from studies.deployed_schedule import pilot\n"
+        "devices = pilot.prepare(pathlib.Path(sys.argv[1]))\n"
+        "print(devices, len(jax.devices('cpu')), elo.available_cores())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    devices, have, cores = map(int, result.stdout.split())
+    assert devices == have == cores
+    assert (tmp_path / "settings.json").is_file()
