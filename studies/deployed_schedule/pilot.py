@@ -54,19 +54,36 @@ def validation_settings(check_every: int) -> elo.ValidationSettings:
     )
 
 
-def meta_train_run(config: elo.MetaConfig, out: Path, start: dict[str, Any]) -> elo.MetaState:
-    """One pilot run: `elo.meta_train` from the warm start's weights, with the checks."""
+def meta_train_run(
+    config: elo.MetaConfig,
+    out: Path,
+    start: dict[str, Any],
+    seed: int = settings.PILOT_SEED,
+    check_every: int = settings.PILOT_CHECK_EVERY,
+) -> elo.MetaState:
+    """One run of this study (the pilot's by default): `elo.meta_train` from the warm start's
+    weights, with rule.md §1's checks every `check_every` outer steps."""
     return elo.meta_train(
         config,
         out,
-        seed=settings.PILOT_SEED,
+        seed=seed,
         checkpoint_every=settings.CHECKPOINT_EVERY,
-        validation=validation_settings(settings.PILOT_CHECK_EVERY),
+        validation=validation_settings(check_every),
         init_from=start["path"],
         init_weights_only=True,
         progress=False,
         run_record={"study": "deployed_schedule", "warm_start": start["winner"]},
     )
+
+
+def meta_checks(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each check's step and score, with each task's score (one task: its own record), as a
+    `meta.json` keeps them."""
+    return [
+        {"step": r["step"], "score": r["validation"]["score"]}
+        | {t["task"]: t["score"] for t in r["validation"].get("per_task", [r["validation"]])}
+        for r in checks
+    ]
 
 
 def summarise(out: Path, results: Path, config: elo.MetaConfig, start: dict[str, Any]) -> None:
@@ -81,11 +98,7 @@ def summarise(out: Path, results: Path, config: elo.MetaConfig, start: dict[str,
             "warm_start": start["winner"],
             **run_totals(elo.read_metrics(out)),
             "seconds_checks": [float(r["seconds"]) for r in checks],
-            "checks": [
-                {"step": r["step"], "score": r["validation"]["score"]}
-                | {t["task"]: t["score"] for t in r["validation"]["per_task"]}
-                for r in checks
-            ],
+            "checks": meta_checks(checks),
         },
     )
 

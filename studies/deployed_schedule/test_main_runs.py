@@ -1,0 +1,120 @@
+"""The main runs' driver: the runs the pilot's decision makes, the two preconditions (the
+decision, a committed `main_rule.md`), and what a finished run leaves in the results."""
+
+import subprocess
+import types
+
+import pytest
+
+import elo
+from studies import common
+from studies.deployed_schedule import main_runs, settings
+
+
+DECISION = {"rate": {"chosen": 3e-4}, "resume": {"chosen": 0.5}}
+
+
+def test_the_main_runs_are_both_methods_seed_by_seed_at_the_pilots_choices():
+    runs = main_runs.main_runs(DECISION)
+    assert [(name, seed) for name, seed, _ in runs] == [
+        (f"main/{method}/s{seed}", seed)
+        for seed in settings.MAIN_SEEDS
+        for method in ("pes_celo2", "elo_celo2")
+    ]
+    for name, _, config in runs:
+        assert config.num_outer_steps == settings.MAIN_STEPS
+        assert config.meta_learning_rate == 3e-4
+        assert dict(config.optimizer_settings) == settings.OPTIMIZER_SETTINGS
+        if "elo_celo2" in name:
+            assert config.expert == "muon" and config.resume_probability == 0.5
+            # The learned optimizer alone from 40% of the run (rule.md §1).
+            assert config.supervision_steps() == (1000, 4000)
+        else:
+            assert config.expert == "none" and config.resume_probability == 0
+
+
+def test_the_main_runs_wait_for_the_pilots_decision(tmp_path):
+    with pytest.raises(SystemExit, match="pilot has not decided"):
+        main_runs.load_decision(tmp_path)
+    common.write_json(tmp_path / main_runs.DECISION, DECISION)
+    assert main_runs.load_decision(tmp_path) == DECISION
+
+
+def _git(root, *argv):
+    subprocess.run(["git", *argv], cwd=root, check=True, capture_output=True)
+
+
+def test_the_main_runs_wait_for_main_rule_md_committed_as_it_is(tmp_path):
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "config", "user.email", "t@example.com")
+    _git(tmp_path, "config", "user.name", "t")
+    rule = tmp_path / "main_rule.md"
+    with pytest.raises(SystemExit, match="not committed as it is"):
+        main_runs.main_rule_commit(rule)  # missing
+    rule.write_text("# The main runs' rule\n")
+    with pytest.raises(SystemExit, match="not committed as it is"):
+        main_runs.main_rule_commit(rule)  # written, not committed
+    _git(tmp_path, "add", "main_rule.md")
+    _git(tmp_path, "commit", "-qm", "rule")
+    commit = main_runs.main_rule_commit(rule)
+    assert len(commit) == 40
+    rule.write_text("# The main runs' rule, edited\n")
+    with pytest.raises(SystemExit, match="not committed as it is"):
+        main_runs.main_rule_commit(rule)  # changed since
+
+
+def test_a_main_run_is_the_pilots_meta_train_with_its_seed_and_the_main_checks(
+    tmp_path, monkeypatch
+):
+    calls = []
+    monkeypatch.setattr(elo, "meta_train", lambda *args, **kwargs: calls.append((args, kwargs)))
+    monkeypatch.setattr(
+        main_runs, "train_resumable", lambda name, run, **kwargs: run(tmp_path / name) or True
+    )
+    name, seed, config = main_runs.main_runs(DECISION)[3]
+    args = types.SimpleNamespace(runs_dir=str(tmp_path), results_dir=str(tmp_path))
+    start = {"winner": "pes_celo2/s0", "path": tmp_path / "w.eqx"}
+    main_runs.train(name, seed, config, args, start)
+    ((call_args, kwargs),) = calls
+    assert call_args == (config, tmp_path / name) and seed == 1
+    assert kwargs["seed"] == 1 and kwargs["init_weights_only"]
+    assert kwargs["init_from"] == tmp_path / "w.eqx"
+    assert kwargs["validation"].every == settings.MAIN_CHECK_EVERY
+    assert kwargs["validation"].num_steps == settings.VALIDATE_STEPS
+
+
+def test_a_finished_elo_run_leaves_its_checks_phases_and_both_optimizers(tmp_path):
+    """A real (tiny) ELO-Celo2 run with checks, summarised as a main run."""
+    config = elo.presets.elo_celo2_deployed(
+        tasks=("mlp-w32-d1_mnist-8x8x1",),
+        num_particles=2,
+        truncation_length=3,
+        min_horizon=5,
+        max_horizon=10,
+        initial_step_offset=2,
+        num_outer_steps=4,
+        supervision_start_fraction=0.25,
+        supervision_end_fraction=0.5,
+    )
+    out = tmp_path / "run"
+    task = elo.tasks.get_task("mlp-w32-d1_mnist-8x8x1")
+    validation = elo.ValidationSettings(2, 5, (task,), (1.0,))
+    elo.meta_train(config, out, seed=0, checkpoint_every=2, validation=validation, progress=False)
+    results = tmp_path / "results"
+    main_runs.summarise(out, results, config, {"winner": "pes_celo2/s0"})
+    meta = common.load_json(results / "meta.json")
+    steps = [c["step"] for c in meta["checks"]]
+    assert steps == [0, 2, 4]
+    assert all(c["mlp-w32-d1_mnist-8x8x1"] == c["score"] for c in meta["checks"])
+    best = min(meta["checks"], key=lambda c: (c["score"], c["step"]))
+    assert (meta["best_validation_step"], meta["best_validation_score"]) == (
+        best["step"],
+        best["score"],
+    )
+    assert meta["phases"]["imitation_until"] == 1 and meta["phases"]["alone_from"] == 2
+    assert [c["step"] for c in meta["phases"]["alone_checks"]] == [2, 4]
+    assert meta["outer_steps"] == 4 and meta["warm_start"] == "pes_celo2/s0"
+    assert isinstance(elo.load_optimizer(results / "best_optimizer.eqx"), elo.Celo2)
+    assert isinstance(elo.load_optimizer(results / "final_optimizer.eqx"), elo.Celo2)
+    assert (results / "run_summary.json").is_file()
+    assert main_runs.phases(config.replace(expert="none"), meta["checks"]) is None
