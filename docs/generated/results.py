@@ -54,6 +54,7 @@ def facts() -> dict[str, Any]:
     specialise = _load("specialise/results/summary.json")
     fresh_summary = _load("fresh_cells/results/summary.json")
     fresh = fresh_summary["verdict"]
+    deployed = _load("deployed_schedule/results/summary.json")
     finals = {o["name"]: o["final_test_loss"] for o in language["optimizers"]}
     target = finals.pop(language["target"])
     # The optimizers the package ships now, with their default step's count where the headline
@@ -101,6 +102,7 @@ def facts() -> dict[str, Any]:
             len(row["after_test_loss_per_meta_seed"]) for row in specialise["sources"].values()
         },
         "fresh": fresh,
+        "deployed": deployed,
         "fresh_published": fresh_summary["beside_adamw"]["celo2_published"],
         "speed": json.loads((ROOT / "benchmarks/results/speed_vs_reference.json").read_text()),
         "specialise_lower": {
@@ -147,6 +149,22 @@ def fresh_verdict_text(fresh: dict[str, Any]) -> str:
     return (
         f"**{fresh['verdict'].capitalize()}**: `celo2` at or below tuned AdamW on "
         f"{fresh['at_or_below']} of {fresh['of']} fresh cells ({fresh['needed']} needed)"
+    )
+
+
+def deployed_verdict_text(deployed: dict[str, Any]) -> str:
+    """The Results table's cell for the deployed-schedule study while its pilot runs: how far
+    the pilot has come. Its verdicts come from the main runs, whose rule is not written yet."""
+    _require(deployed["main"] is None, "Under way: the pilot ...; no verdict before the main runs")
+    pilot = deployed["pilot"]
+    if pilot["stage2"] is None:
+        which, stage = "stage 1 (the meta learning rate)", pilot["stage1"]
+    else:
+        which, stage = "stage 2 (ELO's resume probability)", pilot["stage2"]
+    finished = sum(row["state"] == "finished" for row in stage)
+    return (
+        f"**Under way**: the pilot's {which}, {finished} of {len(stage)} runs finished; the "
+        "questions are judged on the main runs, under a rule committed before them"
     )
 
 
@@ -204,6 +222,12 @@ def index_table(f: dict[str, Any]) -> str:
             "problems no study here had looked at?",
             fresh_text,
             "[The fresh cells](fresh_cells.md)",
+        ),
+        (
+            "Does meta-training Celo2 with the warm-up + cosine step it is deployed with make a "
+            "better optimizer, and does ELO's learned-optimizer-alone phase hold up?",
+            deployed_verdict_text(f["deployed"]),
+            "[Train as you test](deployed_schedule.md)",
         ),
         (
             "Does specialising a shipped optimizer to your own task help?",
