@@ -4,15 +4,17 @@ steps each, paired seeds `MAIN_SEEDS`, checks every `MAIN_CHECK_EVERY` outer ste
 
     python -m studies.deployed_schedule train     # run or resume them, seed by seed
 
-They start only once the pilot has decided (`results/pilot_decision.json`) and `main_rule.md`
-is committed, unchanged since. A finished run's `meta.json` (its checks, the step of the
-checkpoint selected on validation, ELO's supervision phases), `run_summary.json`,
-`segments.json` and both optimizers (`best_optimizer.eqx`, selected on validation, and
-`final_optimizer.eqx`) go to `results/main/<method>/s<seed>/`.
+They start only once the pilot has decided and both files are committed, unchanged since, the
+rule after the decision: `results/pilot_decision.json`, then `main_rule.md`. The first start
+records the main runs' settings (`results/main/settings.json`: length, checks, seeds, the
+pilot's choices, the rule's commit); a later start with others is refused. A finished run's
+`meta.json` (the pilot's, plus the step of the checkpoint selected on validation, ELO's
+supervision phases and the rule's commit), `run_summary.json`, `segments.json` and both
+optimizers (`best_optimizer.eqx`, selected on validation, and `final_optimizer.eqx`) go to
+`results/main/<method>/s<seed>/`.
 """
 
 import argparse
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,12 +24,10 @@ import elo
 from studies import common
 from studies.deployed_schedule import pilot, settings, warm_start
 from studies.harness.resumable import train_resumable
-from studies.harness.runs import RUN_SUMMARY, run_summary, run_totals
 
 
 HERE = Path(__file__).parent
 MAIN_RULE = HERE / "main_rule.md"
-DECISION = "pilot_decision.json"
 
 
 def run_name(method: str, seed: int) -> str:
@@ -55,7 +55,7 @@ def main_runs(decision: dict[str, Any]) -> list[tuple[str, int, elo.MetaConfig]]
 
 def load_decision(results: Path) -> dict[str, Any]:
     """The pilot's decision; stops the driver while the pilot has not decided."""
-    path = results / DECISION
+    path = results / pilot.DECISION
     if not path.is_file():
         raise SystemExit(
             f"{path} does not exist: the pilot has not decided. Run "
@@ -64,23 +64,64 @@ def load_decision(results: Path) -> dict[str, Any]:
     return common.load_json(path)
 
 
-def main_rule_commit(rule: Path = MAIN_RULE) -> str:
-    """The last commit of `main_rule.md`; stops the driver while the file is missing,
-    uncommitted or changed since (the main runs are pre-registered: rule.md §5)."""
+def _git(directory: Path, *argv: str) -> tuple[int, str]:
+    done = subprocess.run(
+        ["git", *argv], cwd=directory, capture_output=True, text=True, check=False
+    )
+    return done.returncode, done.stdout.strip()
 
-    def git(*argv: str) -> str:
-        done = subprocess.run(
-            ["git", *argv], cwd=rule.parent, capture_output=True, text=True, check=False
+
+def committed_as_is(path: Path) -> str:
+    """The last commit of `path`, or "" when the file is missing, uncommitted or changed since."""
+    code, commit = _git(path.parent, "log", "-1", "--format=%H", "--", path.name)
+    _, changes = _git(path.parent, "status", "--porcelain", "--", path.name)
+    return commit if path.is_file() and code == 0 and commit and not changes else ""
+
+
+def main_rule_commit(decision: Path, rule: Path = MAIN_RULE) -> str:
+    """The last commit of `main_rule.md`; stops the driver unless the pilot's `decision` file
+    and the rule are both committed as they are, the rule in the decision's commit or after it
+    (the main runs are pre-registered after the pilot: rule.md, preamble and §5)."""
+    decided = committed_as_is(decision)
+    if not decided:
+        raise SystemExit(
+            f"{decision} is not committed as it is: commit the pilot's decision, then write "
+            "main_rule.md and commit it (rule.md §5)."
         )
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    commit = git("log", "-1", "--format=%H", "--", rule.name)
-    if not rule.is_file() or not commit or git("status", "--porcelain", "--", rule.name):
+    commit = committed_as_is(rule)
+    if not commit:
         raise SystemExit(
             f"{rule} is not committed as it is: write the main runs' rule and commit it before "
             "the first main run (rule.md, preamble and §5)."
         )
+    code, _ = _git(rule.parent, "merge-base", "--is-ancestor", decided, commit)
+    if code != 0:
+        raise SystemExit(
+            f"{rule} was last committed before the pilot's decision ({decided[:7]}): the main "
+            "runs' rule is written after the pilot decides (rule.md §5); amend it in a new commit."
+        )
     return commit
+
+
+def check_main_settings(results: Path, decision: dict[str, Any], rule_commit: str) -> None:
+    """Record the main runs' settings with their first start; refuse to continue with others.
+    A later amendment of `main_rule.md` (a new commit) is allowed: it is dated in the file."""
+    path = results / "main" / "settings.json"
+    current = {
+        "steps": settings.MAIN_STEPS,
+        "check_every": settings.MAIN_CHECK_EVERY,
+        "seeds": list(settings.MAIN_SEEDS),
+        "meta_learning_rate": decision["rate"]["chosen"],
+        "resume_probability": decision["resume"]["chosen"],
+    }
+    if path.is_file():
+        if common.load_json(path)["settings"] != current:
+            raise SystemExit(
+                f"{path} records other main-run settings than settings.py and the pilot's "
+                "decision now: restore them, or use another --results-dir (and --runs-dir)."
+            )
+        return
+    common.write_json(path, {"settings": current, "main_rule_commit": rule_commit})
 
 
 def phases(config: elo.MetaConfig, checks: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -97,32 +138,30 @@ def phases(config: elo.MetaConfig, checks: list[dict[str, Any]]) -> dict[str, An
     }
 
 
-def summarise(out: Path, results: Path, config: elo.MetaConfig, start: dict[str, Any]) -> None:
-    """A finished run's `run_summary.json`, `meta.json` and optimizers (see the module)."""
+def summarise(
+    out: Path, results: Path, config: elo.MetaConfig, start: dict[str, Any], rule_commit: str
+) -> None:
+    """A finished run's pilot summary (`pilot.summarise`), with the checkpoint selected on
+    validation, ELO's phases, the rule's commit and both optimizers (see the module)."""
+    pilot.summarise(out, results, config, start)
     checks = elo.read_validation(out)
     # Ties go to the earlier check, as `elo.meta_train` keeps best_optimizer.eqx.
     best = min(checks, key=lambda r: (r["validation"]["score"], r["step"]))
-    scored = pilot.meta_checks(checks)
-    results.mkdir(parents=True, exist_ok=True)
-    common.write_json(results / RUN_SUMMARY, run_summary(out))
+    meta = common.load_json(results / "meta.json")
+    meta |= {
+        "best_validation_step": best["step"],
+        "best_validation_score": best["validation"]["score"],
+        "phases": phases(config, meta["checks"]),
+        "main_rule_commit": rule_commit,
+    }
+    common.write_json(results / "meta.json", meta)
     shutil.copyfile(out / "best_optimizer.eqx", results / "best_optimizer.eqx")
     elo.save_optimizer(results / "final_optimizer.eqx", elo.load_optimizer(out))
-    common.write_json(
-        results / "meta.json",
-        {
-            "config": json.loads((out / "config.json").read_text())["config"],
-            "warm_start": start["winner"],
-            **run_totals(elo.read_metrics(out)),
-            "seconds_checks": [float(r["seconds"]) for r in checks],
-            "checks": scored,
-            "best_validation_step": best["step"],
-            "best_validation_score": best["validation"]["score"],
-            "phases": phases(config, scored),
-        },
-    )
 
 
-def train(name: str, seed: int, config: elo.MetaConfig, args, start: dict[str, Any]) -> bool:
+def train(
+    name: str, seed: int, config: elo.MetaConfig, args, start: dict[str, Any], rule_commit: str
+) -> bool:
     """Run or resume one main run and summarise it; False when another driver has it."""
     return train_resumable(
         name,
@@ -132,31 +171,29 @@ def train(name: str, seed: int, config: elo.MetaConfig, args, start: dict[str, A
         run=lambda out: pilot.meta_train_run(
             config, out, start, seed=seed, check_every=settings.MAIN_CHECK_EVERY
         ),
-        summarise=lambda out, results: summarise(out, results, config, start),
+        summarise=lambda out, results: summarise(out, results, config, start, rule_commit),
         log=pilot.log,
     )
 
 
-def run_main(args) -> None:
-    """Every main run in order, after the two preconditions (the module docstring)."""
-    results = Path(args.results_dir)
-    decision = load_decision(results)
-    rule = main_rule_commit()
-    start = warm_start.load(results)
-    pilot.log(f"main runs under main_rule.md at {rule[:7]}")
-    for name, seed, config in main_runs(decision):
-        train(name, seed, config, args, start)
-
-
 def main() -> int:
+    """Check the preconditions (they start no JAX), then one device per core, then every main
+    run in order."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs-dir", default=str(HERE / "runs"), help="run directories")
     parser.add_argument("--results-dir", default=str(HERE / "results"), help="results")
     args = parser.parse_args()
-    pilot.prepare(Path(args.results_dir))
-    run_main(args)
+    results = Path(args.results_dir)
+    decision = load_decision(results)
+    rule_commit = main_rule_commit(results / pilot.DECISION)
+    start = warm_start.load(results)
+    pilot.prepare(results)
+    check_main_settings(results, decision, rule_commit)
+    pilot.log(f"main runs under main_rule.md at {rule_commit[:7]}")
+    for name, seed, config in main_runs(decision):
+        train(name, seed, config, args, start, rule_commit)
     return 0
 
 

@@ -27,6 +27,7 @@ from studies.harness.stats import lowest
 
 
 HERE = Path(__file__).parent
+DECISION = "pilot_decision.json"
 
 
 UNFINISHED = "(a run failed: see runs/logs; or another driver holds one)"
@@ -208,7 +209,7 @@ def run_pilot(args) -> None:
         log(f"pilot: stage 2 is not finished {UNFINISHED}")
         return
     decision |= {"warm_start": start["winner"], "environment": common.environment()}
-    common.write_json(results / "pilot_decision.json", decision)
+    common.write_json(results / DECISION, decision)
     log(f"pilot decided: rate {lr:g}, resume probability {decision['resume']['chosen']:g}")
 
 
@@ -238,6 +239,7 @@ def prepare(results: Path) -> int:
     2026-11-30)."""
     devices = elo.use_cpu_cores()
     check_settings(results)
+    log(f"{devices} JAX CPU device{'s' * (devices != 1)}")
     return devices
 
 

@@ -97,7 +97,7 @@ def curve(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def main_section(results: Path) -> dict[str, Any] | None:
     """The main runs, once the pilot has decided: each run's state, the finished runs' checks,
     selected step and (ELO) phases, and each method's mean curve over its finished seeds."""
-    decision_path = results / main_runs.DECISION
+    decision_path = results / pilot.DECISION
     if not decision_path.is_file():
         return None
     decision = common.load_json(decision_path)

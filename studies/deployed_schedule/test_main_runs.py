@@ -8,7 +8,7 @@ import pytest
 
 import elo
 from studies import common
-from studies.deployed_schedule import main_runs, settings
+from studies.deployed_schedule import main_runs, pilot, settings
 
 
 DECISION = {"rate": {"chosen": 3e-4}, "resume": {"chosen": 0.5}}
@@ -36,31 +36,65 @@ def test_the_main_runs_are_both_methods_seed_by_seed_at_the_pilots_choices():
 def test_the_main_runs_wait_for_the_pilots_decision(tmp_path):
     with pytest.raises(SystemExit, match="pilot has not decided"):
         main_runs.load_decision(tmp_path)
-    common.write_json(tmp_path / main_runs.DECISION, DECISION)
+    common.write_json(tmp_path / pilot.DECISION, DECISION)
     assert main_runs.load_decision(tmp_path) == DECISION
 
 
 def _git(root, *argv):
-    subprocess.run(["git", *argv], cwd=root, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "commit.gpgsign=false", *argv], cwd=root, check=True, capture_output=True
+    )
 
 
-def test_the_main_runs_wait_for_main_rule_md_committed_as_it_is(tmp_path):
+def _commit(root, path, text):
+    path.write_text(text)
+    _git(root, "add", path.name)
+    _git(root, "commit", "-qm", path.name)
+
+
+def test_the_main_runs_wait_for_the_decision_then_main_rule_md_committed_as_they_are(tmp_path):
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "config", "user.email", "t@example.com")
     _git(tmp_path, "config", "user.name", "t")
-    rule = tmp_path / "main_rule.md"
-    with pytest.raises(SystemExit, match="not committed as it is"):
-        main_runs.main_rule_commit(rule)  # missing
+    decision, rule = tmp_path / pilot.DECISION, tmp_path / "main_rule.md"
+    with pytest.raises(SystemExit, match="pilot_decision.json is not committed"):
+        main_runs.main_rule_commit(decision, rule)  # missing
+    decision.write_text("{}")
+    with pytest.raises(SystemExit, match="pilot_decision.json is not committed"):
+        main_runs.main_rule_commit(decision, rule)  # written, not committed
+    _commit(tmp_path, decision, "{}")
+    with pytest.raises(SystemExit, match="main_rule.md is not committed"):
+        main_runs.main_rule_commit(decision, rule)  # the rule is missing
     rule.write_text("# The main runs' rule\n")
-    with pytest.raises(SystemExit, match="not committed as it is"):
-        main_runs.main_rule_commit(rule)  # written, not committed
-    _git(tmp_path, "add", "main_rule.md")
-    _git(tmp_path, "commit", "-qm", "rule")
-    commit = main_runs.main_rule_commit(rule)
+    with pytest.raises(SystemExit, match="main_rule.md is not committed"):
+        main_runs.main_rule_commit(decision, rule)  # written, not committed
+    _commit(tmp_path, rule, "# The main runs' rule\n")
+    commit = main_runs.main_rule_commit(decision, rule)
     assert len(commit) == 40
     rule.write_text("# The main runs' rule, edited\n")
-    with pytest.raises(SystemExit, match="not committed as it is"):
-        main_runs.main_rule_commit(rule)  # changed since
+    with pytest.raises(SystemExit, match="main_rule.md is not committed"):
+        main_runs.main_rule_commit(decision, rule)  # changed since
+    _commit(tmp_path, rule, "# The main runs' rule, amended\n")
+    assert main_runs.main_rule_commit(decision, rule) != commit  # an amendment is a new commit
+    _commit(tmp_path, decision, '{"again": 1}')
+    with pytest.raises(SystemExit, match="before the pilot's decision"):
+        main_runs.main_rule_commit(decision, rule)  # the decision came after the rule
+
+
+def test_the_main_runs_settings_are_recorded_once_and_then_held(tmp_path, monkeypatch):
+    main_runs.check_main_settings(tmp_path, DECISION, "c" * 40)
+    recorded = common.load_json(tmp_path / "main" / "settings.json")
+    assert recorded["settings"]["steps"] == settings.MAIN_STEPS
+    assert recorded["settings"]["meta_learning_rate"] == 3e-4
+    assert recorded["main_rule_commit"] == "c" * 40
+    main_runs.check_main_settings(tmp_path, DECISION, "d" * 40)  # a later amendment: fine
+    monkeypatch.setattr(settings, "MAIN_CHECK_EVERY", 1000)
+    with pytest.raises(SystemExit, match="other main-run settings"):
+        main_runs.check_main_settings(tmp_path, DECISION, "c" * 40)
+    monkeypatch.undo()
+    other = {"rate": {"chosen": 1e-3}, "resume": {"chosen": 0.5}}
+    with pytest.raises(SystemExit, match="other main-run settings"):
+        main_runs.check_main_settings(tmp_path, other, "c" * 40)
 
 
 def test_a_main_run_is_the_pilots_meta_train_with_its_seed_and_the_main_checks(
@@ -74,7 +108,7 @@ def test_a_main_run_is_the_pilots_meta_train_with_its_seed_and_the_main_checks(
     name, seed, config = main_runs.main_runs(DECISION)[3]
     args = types.SimpleNamespace(runs_dir=str(tmp_path), results_dir=str(tmp_path))
     start = {"winner": "pes_celo2/s0", "path": tmp_path / "w.eqx"}
-    main_runs.train(name, seed, config, args, start)
+    main_runs.train(name, seed, config, args, start, "c" * 40)
     ((call_args, kwargs),) = calls
     assert call_args == (config, tmp_path / name) and seed == 1
     assert kwargs["seed"] == 1 and kwargs["init_weights_only"]
@@ -101,7 +135,7 @@ def test_a_finished_elo_run_leaves_its_checks_phases_and_both_optimizers(tmp_pat
     validation = elo.ValidationSettings(2, 5, (task,), (1.0,))
     elo.meta_train(config, out, seed=0, checkpoint_every=2, validation=validation, progress=False)
     results = tmp_path / "results"
-    main_runs.summarise(out, results, config, {"winner": "pes_celo2/s0"})
+    main_runs.summarise(out, results, config, {"winner": "pes_celo2/s0"}, "c" * 40)
     meta = common.load_json(results / "meta.json")
     steps = [c["step"] for c in meta["checks"]]
     assert steps == [0, 2, 4]
@@ -114,6 +148,7 @@ def test_a_finished_elo_run_leaves_its_checks_phases_and_both_optimizers(tmp_pat
     assert meta["phases"]["imitation_until"] == 1 and meta["phases"]["alone_from"] == 2
     assert [c["step"] for c in meta["phases"]["alone_checks"]] == [2, 4]
     assert meta["outer_steps"] == 4 and meta["warm_start"] == "pes_celo2/s0"
+    assert meta["main_rule_commit"] == "c" * 40
     assert isinstance(elo.load_optimizer(results / "best_optimizer.eqx"), elo.Celo2)
     assert isinstance(elo.load_optimizer(results / "final_optimizer.eqx"), elo.Celo2)
     assert (results / "run_summary.json").is_file()

@@ -49,7 +49,7 @@ def test_a_decided_pilot_and_finished_main_runs_give_the_choice_and_the_curves(t
     for p in settings.RESUME_PROBABILITIES:
         _finished_pilot(results, pilot.resume_run(1e-3, p), [1.0, 0.9, 0.85, 0.85])
     decision = pilot.decide(results)
-    common.write_json(results / main_runs.DECISION, decision)
+    common.write_json(results / pilot.DECISION, decision)
     steps = range(0, settings.MAIN_STEPS + 1, settings.MAIN_CHECK_EVERY)
     for seed, offset in ((0, 0.0), (1, 0.02)):
         for method in ("pes_celo2", "elo_celo2"):

@@ -36,8 +36,9 @@ NAMES = ("celo2", ship.PUBLISHED)
 def fresh_rows(summary: dict[str, Any], name: str) -> dict[str, Any]:
     """`name`'s row on every fresh cell, with tuned AdamW's and Muon's test losses, once every
     cell has `name`'s and AdamW's results; until then `ship.FRESH_PENDING`. Muon, the second
-    reference of rule.md §4's ratios, runs after the learned optimizers (its order amendment),
-    so a row may come before Muon's result: its Muon figures are then `None`."""
+    reference of rule.md §4's ratios, runs after `celo2` and `celo2_published` (rule.md,
+    amendment of 2026-11-29, 22:12 UTC), so a row may come before Muon's result: its Muon
+    figures are then `None`."""
     cells = summary["cells"]
     complete = all(
         cell["optimizers"][o] is not None for cell in cells.values() for o in (name, "adamw")
