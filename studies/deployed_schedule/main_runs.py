@@ -7,7 +7,8 @@ steps each, paired seeds `MAIN_SEEDS`, checks every `MAIN_CHECK_EVERY` outer ste
 They start only once the pilot has decided and both files are committed, unchanged since, the
 rule after the decision: `results/pilot_decision.json`, then `main_rule.md`. The first start
 records the main runs' settings (`results/main/settings.json`: length, checks, seeds, the
-pilot's choices, the rule's commit); a later start with others is refused. A finished run's
+pilot's choices, the rule's commit); a later start with other settings is refused (a later
+commit of the rule aside: an amendment, dated in the file). A finished run's
 `meta.json` (the pilot's, plus the step of the checkpoint selected on validation, ELO's
 supervision phases and the rule's commit), `run_summary.json`, `segments.json` and both
 optimizers (`best_optimizer.eqx`, selected on validation, and `final_optimizer.eqx`) go to
@@ -24,6 +25,7 @@ import elo
 from studies import common
 from studies.deployed_schedule import pilot, settings, warm_start
 from studies.harness.resumable import train_resumable
+from studies.harness.runs import RUN_SUMMARY, run_summary
 
 
 HERE = Path(__file__).parent
@@ -80,8 +82,9 @@ def committed_as_is(path: Path) -> str:
 
 def main_rule_commit(decision: Path, rule: Path = MAIN_RULE) -> str:
     """The last commit of `main_rule.md`; stops the driver unless the pilot's `decision` file
-    and the rule are both committed as they are, the rule in the decision's commit or after it
-    (the main runs are pre-registered after the pilot: rule.md, preamble and §5)."""
+    and the rule are both committed as they are, and the rule's first commit is the decision's
+    commit or after it (the main runs are pre-registered after the pilot: rule.md, preamble and
+    §5; a later commit of the rule is a dated amendment)."""
     decided = committed_as_is(decision)
     if not decided:
         raise SystemExit(
@@ -94,11 +97,19 @@ def main_rule_commit(decision: Path, rule: Path = MAIN_RULE) -> str:
             f"{rule} is not committed as it is: write the main runs' rule and commit it before "
             "the first main run (rule.md, preamble and §5)."
         )
-    code, _ = _git(rule.parent, "merge-base", "--is-ancestor", decided, commit)
+    _, added = _git(rule.parent, "log", "--diff-filter=A", "--format=%H", "--", rule.name)
+    first = added.splitlines()[-1]
+    code, _ = _git(rule.parent, "merge-base", "--is-ancestor", decided, first)
+    if code == 1:
+        raise SystemExit(
+            f"{rule} was first committed ({first[:7]}) before the pilot's decision "
+            f"({decided[:7]}): the main runs' rule is written after the pilot decides (rule.md "
+            "§5); remove it and write it anew in a commit after the decision's."
+        )
     if code != 0:
         raise SystemExit(
-            f"{rule} was last committed before the pilot's decision ({decided[:7]}): the main "
-            "runs' rule is written after the pilot decides (rule.md §5); amend it in a new commit."
+            f"git cannot tell whether the pilot's decision ({decided[:7]}) precedes {rule}'s "
+            f"first commit ({first[:7]}): merge the decision's commit into this branch."
         )
     return commit
 
@@ -118,7 +129,7 @@ def check_main_settings(results: Path, decision: dict[str, Any], rule_commit: st
         if common.load_json(path)["settings"] != current:
             raise SystemExit(
                 f"{path} records other main-run settings than settings.py and the pilot's "
-                "decision now: restore them, or use another --results-dir (and --runs-dir)."
+                "decision now: restore them (the main runs continue only as they began)."
             )
         return
     common.write_json(path, {"settings": current, "main_rule_commit": rule_commit})
@@ -141,13 +152,17 @@ def phases(config: elo.MetaConfig, checks: list[dict[str, Any]]) -> dict[str, An
 def summarise(
     out: Path, results: Path, config: elo.MetaConfig, start: dict[str, Any], rule_commit: str
 ) -> None:
-    """A finished run's pilot summary (`pilot.summarise`), with the checkpoint selected on
-    validation, ELO's phases, the rule's commit and both optimizers (see the module)."""
-    pilot.summarise(out, results, config, start)
+    """A finished run's `run_summary.json` and optimizers, then its `meta.json` (the pilot's
+    `meta_record` with the checkpoint selected on validation, ELO's phases and the rule's
+    commit), written last: a `meta.json` marks the run as summarised (see the module)."""
+    results.mkdir(parents=True, exist_ok=True)
+    common.write_json(results / RUN_SUMMARY, run_summary(out))
+    shutil.copyfile(out / "best_optimizer.eqx", results / "best_optimizer.eqx")
+    elo.save_optimizer(results / "final_optimizer.eqx", elo.load_optimizer(out))
     checks = elo.read_validation(out)
     # Ties go to the earlier check, as `elo.meta_train` keeps best_optimizer.eqx.
     best = min(checks, key=lambda r: (r["validation"]["score"], r["step"]))
-    meta = common.load_json(results / "meta.json")
+    meta = pilot.meta_record(out, start)
     meta |= {
         "best_validation_step": best["step"],
         "best_validation_score": best["validation"]["score"],
@@ -155,8 +170,6 @@ def summarise(
         "main_rule_commit": rule_commit,
     }
     common.write_json(results / "meta.json", meta)
-    shutil.copyfile(out / "best_optimizer.eqx", results / "best_optimizer.eqx")
-    elo.save_optimizer(results / "final_optimizer.eqx", elo.load_optimizer(out))
 
 
 def train(

@@ -87,21 +87,24 @@ def meta_checks(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def summarise(out: Path, results: Path, config: elo.MetaConfig, start: dict[str, Any]) -> None:
-    """A finished run's `run_summary.json` and `meta.json` (its checks, config, totals)."""
+def meta_record(out: Path, start: dict[str, Any]) -> dict[str, Any]:
+    """What a finished run's `meta.json` says: its config, warm start, totals and checks."""
     checks = elo.read_validation(out)
+    return {
+        "config": json.loads((out / "config.json").read_text())["config"],
+        "warm_start": start["winner"],
+        **run_totals(elo.read_metrics(out)),
+        "seconds_checks": [float(r["seconds"]) for r in checks],
+        "checks": meta_checks(checks),
+    }
+
+
+def summarise(out: Path, results: Path, config: elo.MetaConfig, start: dict[str, Any]) -> None:
+    """A finished run's `run_summary.json`, then its `meta.json` (`meta_record`), written last:
+    a `meta.json` marks the run as summarised."""
     results.mkdir(parents=True, exist_ok=True)
     common.write_json(results / RUN_SUMMARY, run_summary(out))
-    common.write_json(
-        results / "meta.json",
-        {
-            "config": json.loads((out / "config.json").read_text())["config"],
-            "warm_start": start["winner"],
-            **run_totals(elo.read_metrics(out)),
-            "seconds_checks": [float(r["seconds"]) for r in checks],
-            "checks": meta_checks(checks),
-        },
-    )
+    common.write_json(results / "meta.json", meta_record(out, start))
 
 
 def train(name: str, config: elo.MetaConfig, args, start: dict[str, Any]) -> bool:

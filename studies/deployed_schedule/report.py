@@ -25,25 +25,27 @@ NOT_STARTED = "not started"
 
 
 def progress(results: Path, name: str, total: int) -> str:
-    """Where one run stands: `finished`, `at outer step N of T` or `not started`."""
+    """Where one run stands: `finished`, `at outer step N of T` (the end of its last recorded
+    segment: a session killed hard records none) or `not started` (no segment recorded)."""
     if (results / name / "meta.json").is_file():
         return "finished"
     segments = results / name / "segments.json"
     if not segments.is_file():
         return NOT_STARTED
-    done = max((s.get("to_step", 0) for s in common.load_json(segments)), default=0)
+    done = max((s["to_step"] for s in common.load_json(segments)), default=0)
     return f"at outer step {done} of {total}"
 
 
 def producers(results: Path, name: str) -> dict[str, int]:
-    """The commits that advanced a run, with the outer steps each advanced it by."""
+    """The commits that ran a run's recorded segments, with the outer steps of each (a step
+    re-run after a failed segment counts again; a hard-killed session is not recorded)."""
     segments = results / name / "segments.json"
     if not segments.is_file():
         return {}
     steps: dict[str, int] = {}
     for s in common.load_json(segments):
         commit = s["environment"]["commit"]
-        steps[commit] = steps.get(commit, 0) + s.get("to_step", 0) - s.get("from_step", 0)
+        steps[commit] = steps.get(commit, 0) + s["to_step"] - s["from_step"]
     return steps
 
 
@@ -52,13 +54,14 @@ def stage_rows(results: Path, names: dict[Any, str], prefix: str) -> list[dict[s
     rows = []
     for value, name in names.items():
         checks = pilot.checks(results, name)
+        scored = checks is not None and all(k in checks for k in settings.PILOT_SCORE_STEPS)
         rows.append(
             {
                 "run": name,
                 "value": value,
                 "state": progress(results, f"{prefix}/{name}", settings.PILOT_STEPS),
                 "checks": None if checks is None else {str(k): x for k, x in checks.items()},
-                "score": None if checks is None else pilot.score(checks),
+                "score": pilot.score(checks) if scored else None,
                 "commits": producers(results, f"{prefix}/{name}"),
             }
         )
@@ -66,14 +69,21 @@ def stage_rows(results: Path, names: dict[Any, str], prefix: str) -> list[dict[s
 
 
 def pilot_section(results: Path) -> dict[str, Any]:
-    """Stage 1's rows, stage 2's once stage 1 has chosen, and the decision so far."""
-    decision = pilot.decide(results)
+    """Stage 1's rows, stage 2's once stage 1 has chosen, and the decision so far; `stopped`
+    says why the pilot stopped when its step-0 checks differ (rule.md §3), else None."""
     rates = {lr: pilot.rate_run(lr) for lr in settings.PILOT_LEARNING_RATES}
     section: dict[str, Any] = {
         "stage1": stage_rows(results, rates, "pilot"),
         "stage2": None,
-        "decision": decision,
+        "decision": {"rate": None, "resume": None},
+        "stopped": None,
     }
+    try:
+        decision = pilot.decide(results)
+    except SystemExit as stop:
+        section["stopped"] = str(stop)
+        return section
+    section["decision"] = decision
     if decision["rate"] is not None:
         lr = decision["rate"]["chosen"]
         probabilities = {p: pilot.resume_run(lr, p) for p in settings.RESUME_PROBABILITIES}
@@ -101,6 +111,13 @@ def main_section(results: Path) -> dict[str, Any] | None:
     if not decision_path.is_file():
         return None
     decision = common.load_json(decision_path)
+    decided = pilot.decide(results)
+    for stage in ("rate", "resume"):
+        if decided[stage] is None or decided[stage]["chosen"] != decision[stage]["chosen"]:
+            raise SystemExit(
+                f"{decision_path} chose another {stage} than the pilot's results give now: "
+                "the results or the decision changed after the pilot decided."
+            )
     section: dict[str, Any] = {"runs": {}, "curves": {}}
     finished: dict[str, list[dict[str, Any]]] = {m: [] for m in settings.METHODS}
     for name, seed, _ in main_runs.main_runs(decision):
@@ -195,7 +212,9 @@ def markdown(summary: dict[str, Any]) -> str:
     chosen_rate = None if decision["rate"] is None else decision["rate"]["chosen"]
     lines += _stage_table(pilot_part["stage1"], "meta learning rate", chosen_rate)
     lines.append("")
-    if decision["rate"] is None:
+    if pilot_part["stopped"] is not None:
+        lines.append(f"**The pilot stopped:** {pilot_part['stopped']}")
+    elif decision["rate"] is None:
         lines.append("Stage 1 has not decided: every rate's run must finish first.")
     else:
         rate = decision["rate"]
@@ -233,7 +252,9 @@ def markdown(summary: dict[str, Any]) -> str:
             lines += [
                 "",
                 "Checks by outer step, mean over the finished seeds with a 95% interval "
-                "(ELO's learned optimizer trains alone from 40% of the run on, rule.md §1):",
+                "(ELO imitates the expert to "
+                f"{settings.ELO_SUPERVISION[0]:.0%} of the run and its learned optimizer trains "
+                f"alone from {settings.ELO_SUPERVISION[1]:.0%} on, rule.md §1):",
                 "",
                 "| outer step | " + " | ".join(settings.METHODS[m] for m in methods) + " |",
                 "|---|" + "---|" * len(methods),

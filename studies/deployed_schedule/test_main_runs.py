@@ -77,8 +77,11 @@ def test_the_main_runs_wait_for_the_decision_then_main_rule_md_committed_as_they
     _commit(tmp_path, rule, "# The main runs' rule, amended\n")
     assert main_runs.main_rule_commit(decision, rule) != commit  # an amendment is a new commit
     _commit(tmp_path, decision, '{"again": 1}')
-    with pytest.raises(SystemExit, match="before the pilot's decision"):
+    with pytest.raises(SystemExit, match="first committed .* before the pilot's decision"):
         main_runs.main_rule_commit(decision, rule)  # the decision came after the rule
+    _commit(tmp_path, rule, "# The main runs' rule, amended after the decision\n")
+    with pytest.raises(SystemExit, match="first committed .* before the pilot's decision"):
+        main_runs.main_rule_commit(decision, rule)  # an amendment does not move its first commit
 
 
 def test_the_main_runs_settings_are_recorded_once_and_then_held(tmp_path, monkeypatch):
@@ -153,3 +156,15 @@ def test_a_finished_elo_run_leaves_its_checks_phases_and_both_optimizers(tmp_pat
     assert isinstance(elo.load_optimizer(results / "final_optimizer.eqx"), elo.Celo2)
     assert (results / "run_summary.json").is_file()
     assert main_runs.phases(config.replace(expert="none"), meta["checks"]) is None
+
+
+def test_a_run_whose_summary_fails_is_not_marked_summarised(tmp_path, monkeypatch):
+    """`meta.json` marks a run as summarised, so it is written last: a failure before it (here,
+    the selected optimizer missing) leaves none, and the next start summarises again."""
+    out = tmp_path / "run"
+    out.mkdir()
+    monkeypatch.setattr(main_runs, "run_summary", lambda out: {})
+    config = main_runs.main_runs(DECISION)[1][2]
+    with pytest.raises(FileNotFoundError):
+        main_runs.summarise(out, tmp_path / "results", config, {"winner": "x"}, "c" * 40)
+    assert not (tmp_path / "results" / "meta.json").exists()

@@ -76,3 +76,18 @@ def test_a_decided_pilot_and_finished_main_runs_give_the_choice_and_the_curves(t
     text = report.markdown(summary)
     assert "Stage 1 chose 0.001" in text and "| 0.001 **(chosen)** |" in text
     assert "| main/pes_celo2/s0 | finished | 10000 | 0.9000 |" in text
+
+
+def test_a_pilot_stopped_by_its_step_0_checks_is_reported_as_stopped(tmp_path):
+    results = _results(tmp_path)
+    _finished_pilot(results, pilot.rate_run(1e-4), [1.0, 0.9, 0.8, 0.7])
+    _finished_pilot(results, pilot.rate_run(3e-4), [1.5, 0.9, 0.8, 0.7])
+    summary = report.summarise(results)
+    assert "step-0 checks differ" in summary["pilot"]["stopped"]
+    assert "**The pilot stopped:**" in report.markdown(summary)
+
+
+def test_the_committed_report_is_the_one_the_committed_results_make():
+    summary = common.load_json(report.RESULTS / "summary.json")
+    assert report.summarise() == summary
+    assert report.markdown(summary) == (report.RESULTS / "summary.md").read_text()
