@@ -166,14 +166,14 @@ def test_a_pilot_run_is_meta_train_from_the_warm_start_with_the_rules_checks(tmp
 def test_the_pilot_gets_one_device_per_core_before_it_records_its_settings(tmp_path):
     # A fresh process: JAX keeps the devices it starts with. Recording the settings first
     # started JAX on one device (and `use_cpu_cores` then could not change it). Two cores are
-    # made to seem available, so that one device is wrong on any machine.
+    # made to seem available (the affinity mask `elo.available_cores` reads), so that one
+    # device is wrong on any machine without a one-core CPU quota.
     root = Path(__file__).parents[2]
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
     env["PYTHONPATH"] = str(root)
     script = (
-        "import sys, pathlib, jax, elo\n"
-        "import elo._runtime._cpu as cpu\n"
-        "cpu.available_cores = lambda: 2\n"
+        "import os, sys, pathlib, jax, elo\n"
+        "os.sched_getaffinity = lambda pid: {0, 1}\n"
         "from studies.deployed_schedule import pilot\n"
         "devices = pilot.prepare(pathlib.Path(sys.argv[1]))\n"
         "print('devices', devices, len(jax.devices('cpu')))\n"
