@@ -104,14 +104,15 @@ def curve(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def main_section(results: Path) -> dict[str, Any] | None:
+def main_section(results: Path, decided: dict[str, Any]) -> dict[str, Any] | None:
     """The main runs, once the pilot has decided: each run's state, the finished runs' checks,
-    selected step and (ELO) phases, and each method's mean curve over its finished seeds."""
+    selected step and (ELO) phases, and each method's mean curve over its finished seeds.
+    `decided` is the pilot's decision as its results give it now (`pilot_section`); the
+    committed decision file must agree with it."""
     decision_path = results / pilot.DECISION
     if not decision_path.is_file():
         return None
     decision = common.load_json(decision_path)
-    decided = pilot.decide(results)
     for stage in ("rate", "resume"):
         if decided[stage] is None or decided[stage]["chosen"] != decision[stage]["chosen"]:
             raise SystemExit(
@@ -154,10 +155,11 @@ def summarise(results: Path = RESULTS) -> dict[str, Any]:
         for path in sorted(results.glob("**/segments.json"))
         for s in common.load_json(path)
     ]
+    pilot_part = pilot_section(results)
     return {
         "warm_start": warm["winner"],
-        "pilot": pilot_section(results),
-        "main": main_section(results),
+        "pilot": pilot_part,
+        "main": main_section(results, pilot_part["decision"]),
         "segments_by_commit": commit_counts(segments),
     }
 
