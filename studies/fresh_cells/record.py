@@ -9,10 +9,10 @@ committed results:
 - `headline_cells`: the 14 headline cells with the warm-up + cosine step, the results ship
   rule v2 read (`rule.md` §3): tuned validation loss (which chose) and test loss (reported),
   beside tuned AdamW's;
-- `fresh_cells`: the fresh cells' rows of the report (`results/summary.json`), once every fresh
-  cell has this optimizer's and AdamW's results (the verdict's reference); until then, a status
-  that does not change as results come. Muon's figures are `null` on a cell without its result,
-  and `muon_pending` names those cells.
+- `fresh_cells`: the fresh cells' rows of the report (`results/summary.json`) where this
+  optimizer has a result, once every fresh cell has AdamW's (the verdict's reference); until
+  then, a status. `pending` names the cells still without this optimizer's result; Muon's
+  figures are `null` on a cell without its result, and `muon_pending` names those cells.
 
 Like `ship`, it never writes into the package: shipping the records is a reviewed
 `cp studies/fresh_cells/results/records/<name>.json elo/pretrained/` (the weights do not
@@ -34,19 +34,19 @@ NAMES = ("celo2", ship.PUBLISHED)
 
 
 def fresh_rows(summary: dict[str, Any], name: str) -> dict[str, Any]:
-    """`name`'s row on every fresh cell, with tuned AdamW's and Muon's test losses, once every
-    cell has `name`'s and AdamW's results; until then `ship.FRESH_PENDING`. Muon, the second
-    reference of rule.md §4's ratios, runs after `celo2` and `celo2_published` (rule.md,
-    amendment of 2026-11-29, 22:12 UTC), so a row may come before Muon's result: its Muon
-    figures are then `None`."""
+    """`name`'s row on every fresh cell where it has a result, with tuned AdamW's and Muon's
+    test losses, once every cell has AdamW's result (the verdict's reference) and `name` has
+    at least one; until then `ship.FRESH_PENDING`. `pending` names the cells still without
+    `name`'s result and `of` counts its rows, so a record made before the last result says what
+    it lacks. Muon, the second reference of rule.md §4's ratios, runs after `celo2` and
+    `celo2_published` (rule.md, amendment of 2026-11-29, 22:12 UTC), so a row may come before
+    Muon's result: its Muon figures are then `None`, and `muon_pending` names those cells."""
     cells = summary["cells"]
-    complete = all(
-        cell["optimizers"][o] is not None for cell in cells.values() for o in (name, "adamw")
-    )
-    if not complete:
+    evaluated = {key: cell for key, cell in cells.items() if cell["optimizers"][name] is not None}
+    if not evaluated or any(cell["optimizers"]["adamw"] is None for cell in cells.values()):
         return dict(ship.FRESH_PENDING)
     rows = {}
-    for key, cell in cells.items():
+    for key, cell in evaluated.items():
         mine, adamw, muon = (cell["optimizers"][o] for o in (name, "adamw", "muon"))
         rows[key] = {
             "test_loss": mine["test_loss"],
@@ -65,8 +65,9 @@ def fresh_rows(summary: dict[str, Any], name: str) -> dict[str, Any]:
     return {
         "rule": "studies/fresh_cells/rule.md §1 (protocol v2), §4 (the verdict)",
         **counted,
-        "of": len(cells),
-        "muon_pending": [k for k, cell in cells.items() if cell["optimizers"]["muon"] is None],
+        "of": len(rows),
+        "pending": [key for key in cells if key not in evaluated],
+        "muon_pending": [k for k, cell in evaluated.items() if cell["optimizers"]["muon"] is None],
         "cells": rows,
     }
 

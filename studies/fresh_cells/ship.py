@@ -45,8 +45,8 @@ SCHEDULE = settings.LEARNED_SCHEDULES["Celo2"]
 PUBLISHED = "celo2_published"
 # A shipped record's fresh-cells table until every fresh cell has its result (`record.py`).
 FRESH_PENDING = {
-    "status": "pending: measured under studies/fresh_cells (rule.md §4); the rows come once "
-    "every fresh cell has this optimizer's result"
+    "status": "pending: measured under studies/fresh_cells (rule.md §4); the rows come as "
+    "this optimizer's results do, once every fresh cell has tuned AdamW's"
 }
 
 

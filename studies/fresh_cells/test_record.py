@@ -1,6 +1,6 @@
 """The shipped Celo2 records' evaluation tables: made from the committed results, the headline
-rows are the ones shipping wrote, and the fresh rows wait for the optimizer and AdamW on every
-cell."""
+rows are the ones shipping wrote, and the fresh rows wait for AdamW on every cell, then come
+for each cell with the optimizer's result and name the cells still without one."""
 
 import copy
 
@@ -47,20 +47,28 @@ def _summary(missing: bool) -> dict:
     }
 
 
-def test_the_fresh_rows_wait_for_every_cell_and_then_carry_the_reports_figures():
-    pending = record.fresh_rows(_summary(missing=True), "celo2_published")
-    assert pending == ship.FRESH_PENDING
+def test_the_fresh_rows_wait_for_adamw_on_every_cell_and_then_carry_the_reports_figures():
     without_adamw = _summary(missing=False)
     without_adamw["cells"]["a@10"]["optimizers"]["adamw"] = None
     assert record.fresh_rows(without_adamw, "celo2") == ship.FRESH_PENDING
+    nothing_yet = _summary(missing=True)
+    nothing_yet["cells"]["a@10"]["optimizers"]["celo2_published"] = None
+    assert record.fresh_rows(nothing_yet, "celo2_published") == ship.FRESH_PENDING
     rows = record.fresh_rows(_summary(missing=False), "celo2")
-    assert rows["muon_pending"] == []
+    assert rows["muon_pending"] == [] and rows["pending"] == []
     assert rows["verdict"] == "met" and rows["at_or_below_adamw"] == 2 and rows["of"] == 2
     published = record.fresh_rows(_summary(missing=False), "celo2_published")
     assert published["at_or_below_adamw"] == 1 and "verdict" not in published
     assert rows["cells"]["a@10"]["vs_adamw"]["mean"] == 0.9
     assert rows["cells"]["b@20"]["adamw_test_loss"] == 1.0
     assert rows["cells"]["b@20"]["muon_test_loss"] == 0.9
+
+
+def test_a_cell_without_the_optimizers_result_is_pending_not_a_row():
+    partial = record.fresh_rows(_summary(missing=True), "celo2_published")
+    assert list(partial["cells"]) == ["a@10"]
+    assert partial["pending"] == ["b@20"] and partial["of"] == 1
+    assert partial["muon_pending"] == []
 
 
 def test_the_published_record_points_to_celo2_when_both_ship_the_same_weights(monkeypatch):
