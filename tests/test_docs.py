@@ -283,7 +283,7 @@ def test_the_generator_rewrites_only_readmes_results_paragraph():
         ("pending", 5, "under way: 8 of 14 cells have `celo2`'s and AdamW's results ([Results]("),
         ("not met", 14, "on 9 of 14 (pre-registered: 10 needed, not met); the published Celo2, "),
         ("met", 14, "needed, met); the published Celo2, its authors' weights, on 4 of 14 ([Res"),
-        ("met", 12, "needed, met); the published Celo2's row is still being evaluated ([Results]("),
+        ("met", 12, "needed, met); the published Celo2's row has 12 of 14 cells so far ([Resu"),
         ("cannot be met", 5, "cannot meet its pre-registered test (at or below tuned AdamW's "),
         ("cannot be met", 5, "not at or below on 5 of the 12 cells evaluated so far, so at most 9"),
         ("cannot be met", 5, "its verdict is stated with its count when all 14 cells are in; th"),

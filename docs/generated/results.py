@@ -286,7 +286,11 @@ def fresh_sentence(f: dict[str, Any], docs: str) -> str:
             f"{published['at_or_below']} of {fresh['of']}"
         )
     else:
-        beside = "; the published Celo2's row is still being evaluated"
+        # No count on fewer cells than `celo2`'s: it would compare different problems.
+        beside = (
+            f"; the published Celo2's row has {published['cells_with_both']} of {fresh['of']} "
+            "cells so far"
+        )
     return (
         f"{subject} is at or "
         f"below tuned AdamW's test loss on {fresh['at_or_below']} of {fresh['of']} "
