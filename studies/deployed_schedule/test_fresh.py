@@ -1,0 +1,91 @@
+"""The main runs' held-out evaluation (`main_rule.md` §2): which cells and checkpoints, in
+which order, and one checkpoint tuned end to end at toy size, made again only for other
+weights."""
+
+import json
+
+import jax
+import pytest
+
+import elo
+from studies.deployed_schedule import fresh, settings
+from studies.fresh_cells import evaluate as fresh_cells, settings as fresh_settings
+
+
+def test_the_held_out_cells_are_the_fresh_cells_without_cell_13():
+    cells = fresh.held_out_cells()
+    assert len(cells) == 13
+    assert ("mlp-w256-d4_cifar10-8x8x3", 20000) not in cells
+    assert cells == [c for c in fresh_settings.CELLS if c != fresh_settings.CELLS[12]]
+    assert set(settings.FRESH_CELLS_LEFT_OUT) <= set(fresh_settings.CELLS)  # no misspelt cell
+
+
+def test_the_checkpoints_run_seed_by_seed_then_the_headline_pes_seeds(tmp_path):
+    named = fresh.checkpoints(tmp_path)
+    assert list(named) == [
+        "elo_celo2/s0",
+        "pes_celo2/s0",
+        "elo_celo2/s1",
+        "pes_celo2/s1",
+        "elo_celo2/s2",
+        "pes_celo2/s2",
+        "headline_pes_celo2/s1",
+        "headline_pes_celo2/s2",
+    ]
+    assert named["pes_celo2/s1"] == tmp_path / "main/pes_celo2/s1/best_optimizer.eqx"
+    for seed in (1, 2):  # committed with the headline study
+        assert named[f"headline_pes_celo2/s{seed}"].is_file()
+    with pytest.raises(SystemExit, match="the compared checkpoints are elo_celo2/s0"):
+        fresh.chosen(["pes/s0"], named)
+
+
+def test_a_checkpoint_is_tuned_once_per_cell_and_again_for_other_weights(tmp_path, monkeypatch):
+    task = elo.tasks.get_task("mlp-w8-d1_mnist-8x8x1")
+    monkeypatch.setattr(fresh_cells, "get_task", lambda name: task)
+    monkeypatch.setattr(fresh_settings, "SWEEP_POINTS", 3)
+    monkeypatch.setattr(fresh_settings, "EVAL_SEEDS", 2)
+    monkeypatch.setattr(fresh_settings, "MAX_EDGE_EXTENSIONS", 0)
+    monkeypatch.setattr(fresh, "TUNING_CACHE", tmp_path / "values")
+    checkpoint = tmp_path / "best_optimizer.eqx"
+    # Meta-trained with a constant step: the evaluation puts protocol v2's schedule on it.
+    elo.save_optimizer(checkpoint, elo.Celo2(key=jax.random.key(1), init_lr=1e-3, end_lr=1e-3))
+    seen = []
+    real = elo.tune
+
+    def tune(lo, *args, **kwargs):
+        seen.append(lo)
+        return real(lo, *args, **kwargs)
+
+    monkeypatch.setattr(elo, "tune", tune)
+    fresh.evaluate_cell(tmp_path, "pes_celo2/s0", checkpoint, task.name, 20)
+    path = tmp_path / "fresh" / "pes_celo2" / "s0" / f"{task.name}@20.json"
+    result = json.loads(path.read_text())
+    assert result["checkpoint"] == "pes_celo2/s0"
+    assert result["checkpoint_sha256"] == fresh.file_sha256(checkpoint)
+    assert len(result["sweep"]) == 3 and result["value"] in result["values"]
+    (lo,) = seen
+    assert (lo.init_lr, lo.end_lr) == (0.0, 0.0)
+    assert lo.warmup_fraction == fresh_settings.WARMUP_FRACTION
+    values = tmp_path / "values" / "pes_celo2" / "s0" / f"{task.name}@20"
+    assert not values.exists()  # the cell's values, removed once it is written
+
+    fresh.evaluate_cell(tmp_path, "pes_celo2/s0", checkpoint, task.name, 20)
+    assert len(seen) == 1  # cached for these weights
+
+    elo.save_optimizer(checkpoint, elo.Celo2(key=jax.random.key(2)))
+    fresh.evaluate_cell(tmp_path, "pes_celo2/s0", checkpoint, task.name, 20)
+    assert len(seen) == 2  # other weights: made again, the old result set aside
+    remade = json.loads(path.read_text())
+    assert remade["checkpoint_sha256"] == fresh.file_sha256(checkpoint)
+    assert len(list(path.parent.glob(f"{task.name}@20.json.stale-*"))) == 1
+
+
+def test_an_unfinished_run_is_skipped_and_nothing_runs_before_the_rule(tmp_path, monkeypatch):
+    monkeypatch.setattr(fresh, "HEADLINE_MAIN", tmp_path / "headline")
+    calls = []
+    monkeypatch.setattr(fresh, "evaluate_cell", lambda *a: calls.append(a))
+    fresh.run(tmp_path)
+    assert calls == []  # no checkpoint file exists
+    monkeypatch.setattr(fresh.main_runs, "committed_as_is", lambda path: "")
+    with pytest.raises(SystemExit, match="main_rule.md is not committed as it is"):
+        fresh.main(["--results-dir", str(tmp_path)])
