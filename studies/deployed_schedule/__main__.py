@@ -8,6 +8,9 @@ COMMANDS = {
     "warm-start": Command("studies.deployed_schedule.warm_start", "choose the warm start (§2)"),
     "pilot": Command("studies.deployed_schedule.pilot", "run or resume the pilot; decide", True),
     "train": Command("studies.deployed_schedule.main_runs", "run or resume the main runs (§5)"),
+    "headline": Command(
+        "studies.deployed_schedule.headline", "tune the checkpoints on the headline cells (§4)"
+    ),
     "fresh": Command("studies.deployed_schedule.fresh", "tune the checkpoints on the fresh cells"),
     "report": Command("studies.deployed_schedule.report", "write results/summary.{json,md}"),
     "status": Command("studies.deployed_schedule.pilot", "where every run stands", True),

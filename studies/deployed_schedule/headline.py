@@ -1,0 +1,70 @@
+"""The main runs on the headline study's 14 cells (`main_rule.md` §4): what ship rule v2 reads.
+
+    python -m studies.deployed_schedule headline                    # every summarised main run
+    python -m studies.deployed_schedule headline --run pes_celo2/s0
+
+Each summarised main run's selected checkpoint is tuned on the 14 headline cells exactly as
+ship rule v2's first candidates were: `studies.celo2_headline.evaluate`'s `decayed` command (7
+multipliers over [0.1, 10], 3 evaluation seeds, choice on validation, the warm-up + cosine
+step, which this study's checkpoints already carry), into `results/evaluation/decayed/<method>/
+s<seed>/best/`, each value kept as it finishes under `runs/tuning_cache/headline/` (this
+study's, so that no value of the headline study's own checkpoints is ever met). A run that is
+not summarised yet is not among them. Refuses to start until `main_rule.md`, which registers
+it, is committed as it is.
+"""
+
+import argparse
+from pathlib import Path
+
+import jax
+
+from studies import common
+from studies.celo2_headline import evaluate, settings as headline
+from studies.deployed_schedule import main_runs
+
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results"
+TUNING_CACHE = HERE / "runs" / "tuning_cache" / "headline"
+
+
+def check_settings(out: Path) -> None:
+    """Record the headline evaluation's settings with its first result; refuse others later."""
+    path = out / "settings.json"
+    current = headline.evaluation()
+    if path.is_file() and common.load_json(path)["settings"] != current:
+        raise SystemExit(f"{path} records other evaluation settings; use another --results-dir.")
+    if not path.is_file():
+        common.write_json(path, {"settings": current, "environment": common.environment()})
+
+
+def run(results: Path, runs: list[str] | None = None, tasks: list[str] | None = None) -> None:
+    """Every summarised main run (or those `runs` names) on every headline cell (or those of
+    `tasks`), with this study's tuning cache."""
+    out = results / "evaluation"
+    check_settings(out)
+    evaluate.TUNING_CACHE_ROOT = TUNING_CACHE
+    # float32 matrix products on every device, as the headline's evaluation.
+    with jax.default_matmul_precision("highest"):
+        evaluate.run_decayed(out, results, tasks, runs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--run", action="append", metavar="METHOD/sSEED", help="only this run")
+    parser.add_argument("--task", action="append", metavar="NAME", help="only this task's cells")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if not main_runs.committed_as_is(main_runs.MAIN_RULE):
+        raise SystemExit(
+            f"{main_runs.MAIN_RULE} is not committed as it is: it registers this evaluation "
+            "(§4), so it is committed before any of its results."
+        )
+    run(args.results_dir, args.run, args.task)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

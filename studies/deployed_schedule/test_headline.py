@@ -1,0 +1,47 @@
+"""The main runs on the headline cells (`main_rule.md` §4): tuned as ship rule v2's candidates
+were, with this study's own tuning cache, and nothing before the rule is committed."""
+
+import json
+
+import jax
+import pytest
+
+import elo
+from studies.celo2_headline import evaluate, settings as headline
+from studies.deployed_schedule import headline as deployed_headline
+
+
+def test_a_summarised_run_is_tuned_on_a_cell_as_the_ship_rule_reads_it(tmp_path, monkeypatch):
+    task = "mlp-w8-d1_mnist-8x8x1"
+    monkeypatch.setattr(evaluate, "cells", lambda only=None: [(task, 20)])
+    monkeypatch.setattr(headline, "SWEEP_POINTS", 3)
+    monkeypatch.setattr(headline, "EVAL_SEEDS", 2)
+    monkeypatch.setattr(evaluate, "TUNING_CACHE_ROOT", None)  # restored after the test
+    monkeypatch.setattr(deployed_headline, "TUNING_CACHE", tmp_path / "values")
+    run = tmp_path / "main" / "pes_celo2" / "s0"
+    run.mkdir(parents=True)
+    (run / "meta.json").write_text("{}")
+    lo = elo.Celo2(key=jax.random.key(0)).with_hyperparameters(**headline.DECAYED_SCHEDULE)
+    elo.save_optimizer(run / "best_optimizer.eqx", lo)
+    unfinished = tmp_path / "main" / "elo_celo2" / "s0"  # no meta.json: not summarised
+    unfinished.mkdir(parents=True)
+    elo.save_optimizer(unfinished / "best_optimizer.eqx", lo)
+
+    deployed_headline.run(tmp_path)
+
+    decayed = tmp_path / "evaluation" / "decayed"
+    result = json.loads((decayed / "pes_celo2" / "s0" / "best" / f"{task}@20.json").read_text())
+    assert result["lo_schedule"] == headline.DECAYED_SCHEDULE
+    assert len(result["sweep"]) == 3
+    assert not (decayed / "elo_celo2").exists()
+    assert evaluate.TUNING_CACHE_ROOT == tmp_path / "values"
+    assert not list((tmp_path / "values").rglob("value_*.json"))  # removed once written
+    recorded = json.loads((tmp_path / "evaluation" / "settings.json").read_text())
+    assert recorded["settings"] == headline.evaluation()
+
+
+def test_nothing_runs_before_the_rule(tmp_path, monkeypatch):
+    monkeypatch.setattr(deployed_headline.main_runs, "committed_as_is", lambda path: "")
+    with pytest.raises(SystemExit, match="main_rule.md is not committed as it is"):
+        deployed_headline.main(["--results-dir", str(tmp_path)])
+    assert not (tmp_path / "evaluation").exists()
