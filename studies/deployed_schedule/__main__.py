@@ -12,6 +12,9 @@ COMMANDS = {
         "studies.deployed_schedule.headline", "tune the checkpoints on the headline cells (§4)"
     ),
     "fresh": Command("studies.deployed_schedule.fresh", "tune the checkpoints on the fresh cells"),
+    "ship-rule": Command(
+        "studies.deployed_schedule.ship_rule", "ship rule v2 over old and new checkpoints (§4)"
+    ),
     "report": Command("studies.deployed_schedule.report", "write results/summary.{json,md}"),
     "status": Command("studies.deployed_schedule.pilot", "where every run stands", True),
 }

@@ -11,6 +11,7 @@ Only validation losses are read. Refuses while any candidate lacks a headline ce
 
 import argparse
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,16 @@ def tuned_validation(result: dict[str, Any]) -> float:
 
 
 def judge(
-    evaluation: Path, candidates: tuple[str, ...] = settings.SHIP_CANDIDATES
+    evaluation: Path,
+    candidates: tuple[str, ...] = settings.SHIP_CANDIDATES,
+    directories: Mapping[str, Path] | None = None,
 ) -> dict[str, Any]:
     """Every candidate's count of headline cells at or below tuned AdamW on validation, its
     geometric-mean validation ratio, and the winner; `missing` lists absent result files.
-    `candidates` (default: the rule's) in the rule's order, which breaks a tie on both counts."""
+    `candidates` (default: the rule's) in the rule's order, which breaks a tie on both counts;
+    `directories` gives the results folder of a candidate evaluated elsewhere (another study's
+    checkpoints), the others being under `evaluation` (`candidate_dir`)."""
+    directories = directories or {}
     cells = [f"{task}@{horizon}.json" for task, horizon in headline.cells()]
     missing = []
     adamw = {}
@@ -54,7 +60,8 @@ def judge(
     for candidate in candidates:
         per_cell, edges = {}, []
         for cell in cells:
-            path = candidate_dir(evaluation, candidate) / cell
+            folder = directories.get(candidate) or candidate_dir(evaluation, candidate)
+            path = folder / cell
             if not path.is_file():
                 missing.append(str(path))
                 continue

@@ -1,0 +1,67 @@
+"""Ship rule v2 over the old and the new checkpoints (`main_rule.md` §4; issue 44, item 5).
+
+    python -m studies.deployed_schedule ship-rule      # writes results/ship_rule.json, prints
+
+The candidates, in the order that breaks a tie: ship rule v2's own (`studies/fresh_cells`
+rule.md §3: the headline's six Celo2 checkpoints, then the published Celo2), then this study's
+PES-Celo2 s0-s2 and ELO-Celo2 s0-s2 (`deployed/<method>/s<seed>`), whose headline-cell results
+`headline.py` makes under `results/evaluation/decayed/`. The rule is `studies.fresh_cells.
+ship_rule.judge`, unchanged: the most headline cells with tuned validation loss at or below
+tuned AdamW's, ties to the lower geometric-mean ratio. Only validation losses are read; it
+refuses while any candidate lacks a cell.
+"""
+
+import argparse
+from pathlib import Path
+
+from studies import common
+from studies.deployed_schedule import settings
+from studies.fresh_cells import settings as fresh_settings, ship_rule
+
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results"
+
+
+def new_candidates(results: Path = RESULTS) -> dict[str, Path]:
+    """This study's candidates and where their headline-cell results are, PES then ELO."""
+    decayed = results / "evaluation" / "decayed"
+    return {
+        f"deployed/{method}/s{seed}": decayed / method / f"s{seed}" / "best"
+        for method in ("pes_celo2", "elo_celo2")
+        for seed in settings.MAIN_SEEDS
+    }
+
+
+def judge(results: Path = RESULTS, evaluation: Path = ship_rule.EVALUATION) -> dict:
+    """Ship rule v2's decision over the old candidates and this study's."""
+    new = new_candidates(results)
+    return ship_rule.judge(evaluation, (*fresh_settings.SHIP_CANDIDATES, *new), new)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    decision = judge(args.results_dir)
+    if decision["missing"]:
+        print(f"Ship rule v2 cannot decide: {len(decision['missing'])} result(s) missing, e.g.")
+        print("  " + "\n  ".join(decision["missing"][:5]))
+        return 1
+    decision["environment"] = common.environment()
+    common.write_json(args.results_dir / "ship_rule.json", decision)
+    for name, row in decision["candidates"].items():
+        print(
+            f"{name:24s} {row['at_or_below']:2d} of {decision['cells']}  "
+            f"geomean {row['geomean_ratio']:.4f}"
+        )
+    winner = decision["winner"]
+    new = winner in new_candidates(args.results_dir)
+    print(f"winner: {winner} ({'new: it ships as celo2' if new else 'nothing new won'})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
