@@ -15,6 +15,9 @@ COMMANDS = {
     "ship-rule": Command(
         "studies.deployed_schedule.ship_rule", "ship rule v2 over old and new checkpoints (§4)"
     ),
+    "step0-check": Command(
+        "studies.deployed_schedule.step0_check", "the warm start's step-0 check here, on N devices"
+    ),
     "report": Command("studies.deployed_schedule.report", "write results/summary.{json,md}"),
     "status": Command("studies.deployed_schedule.pilot", "where every run stands", True),
 }

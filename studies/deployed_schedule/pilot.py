@@ -153,23 +153,50 @@ def stage(results: Path, names: dict[Any, str]) -> dict[str, Any] | None:
         "checks": {names[v]: {str(k): x for k, x in sorted(c.items())} for v, c in found.items()},
         "chosen_still_improving": chosen_checks[last] < chosen_checks[before],
         "step0": {names[v]: c[0] for v, c in found.items()},
+        "step0_environment": {names[v]: step0_environment_record(results, names[v]) for v in found},
     }
+
+
+def step0_environment(results: Path, name: str) -> tuple[str, int] | None:
+    """The CPU model and JAX device count of the session that made a finished run's step-0
+    check (its last segment starting at step 0, `segments.json`); None when not recorded."""
+    path = results / "pilot" / name / "segments.json"
+    if not path.is_file():
+        return None
+    starts = [s for s in common.load_json(path) if s["from_step"] == 0]
+    if not starts:
+        return None
+    environment = starts[-1].get("run_environment") or starts[-1]["environment"]
+    if "cpu_model" not in environment or "device_count" not in environment:
+        return None
+    return environment["cpu_model"], environment["device_count"]
+
+
+def step0_environment_record(results: Path, name: str) -> list[Any] | None:
+    """`step0_environment` as a JSON file keeps it: [cpu_model, device_count] or None."""
+    environment = step0_environment(results, name)
+    return None if environment is None else list(environment)
 
 
 def check_step0(results: Path) -> None:
     """rule.md §3: every finished pilot run's step-0 check is the warm start's, the same
-    number. Checked after each run, so that a defect of the setup stops the pilot at once."""
-    values = [
-        c[0]
-        for path in sorted((results / "pilot").glob("*/meta.json"))
-        if (c := checks(results, path.parent.name)) is not None and 0 in c
-    ]
-    if values and any(not math.isclose(v, values[0], rel_tol=settings.STEP0_RTOL) for v in values):
-        raise SystemExit(
-            f"the pilot's step-0 checks differ ({sorted(set(values))}): the runs did not all "
-            "start from the warm start, or the checks are not deterministic; the pilot stops "
-            "(rule.md §3)."
-        )
+    number, among the runs whose step-0 check ran on the same CPU model and JAX device count
+    (rule.md, amendment of 2026-12-02: the check's 5,000 training steps carry the float
+    rounding of the environment into its score). Checked after each run, so that a defect of
+    the setup stops the pilot at once."""
+    groups: dict[tuple[str, int] | None, list[float]] = {}
+    for path in sorted((results / "pilot").glob("*/meta.json")):
+        run_checks = checks(results, path.parent.name)
+        if run_checks is not None and 0 in run_checks:
+            environment = step0_environment(results, path.parent.name)
+            groups.setdefault(environment, []).append(run_checks[0])
+    for environment, values in groups.items():
+        if any(not math.isclose(v, values[0], rel_tol=settings.STEP0_RTOL) for v in values):
+            raise SystemExit(
+                f"the pilot's step-0 checks on {environment} differ ({sorted(set(values))}): "
+                "the runs did not all start from the warm start, or the checks are not "
+                "deterministic; the pilot stops (rule.md §3)."
+            )
 
 
 def decide(results: Path) -> dict[str, Any]:
@@ -183,9 +210,10 @@ def decide(results: Path) -> dict[str, Any]:
         decision["resume"] = stage(results, probabilities)
     check_step0(results)
     if decision["rate"] is not None:
-        step0 = next(iter(decision["rate"]["step0"].values()))
+        # Each run against its own step-0 check: the same weights, in the run's environment.
+        step0 = decision["rate"]["step0"]
         decision["rate"]["below_warm_start"] = [
-            name for name, s in decision["rate"]["scores"].items() if s < step0
+            name for name, s in decision["rate"]["scores"].items() if s < step0[name]
         ]
     return decision
 

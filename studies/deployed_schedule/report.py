@@ -63,6 +63,7 @@ def stage_rows(results: Path, names: dict[Any, str], prefix: str) -> list[dict[s
                 "checks": None if checks is None else {str(k): x for k, x in checks.items()},
                 "score": pilot.score(checks) if scored else None,
                 "commits": producers(results, f"{prefix}/{name}"),
+                "step0_environment": pilot.step0_environment_record(results, name),
             }
         )
     return rows
@@ -164,6 +165,32 @@ def summarise(results: Path = RESULTS) -> dict[str, Any]:
     }
 
 
+def margin_text(stage: dict[str, Any]) -> str:
+    """The chosen run's margin over the next score, beside how far the stage's step-0 checks
+    (the same weights) spread across the environments that made them (rule.md, amendment of
+    2026-12-02): a margin below that spread is within the environments' float rounding."""
+    scores = sorted(stage["scores"].values())
+    if len(scores) < 2:
+        return ""
+    gap = (scores[1] - scores[0]) / scores[0]
+    step0 = list(stage["step0"].values())
+    spread = (max(step0) - min(step0)) / min(step0)
+    environments = {tuple(e) for e in stage.get("step0_environment", {}).values() if e}
+    where = f"{len(environments)} environments" if len(environments) > 1 else "one environment"
+    return (
+        f" Its score is {gap:.1e} (relative) below the next; the step-0 checks of the same "
+        f"weights spread by {spread:.1e} over the {where} that made them."
+    )
+
+
+def _environment(row: dict[str, Any]) -> str:
+    environment = row.get("step0_environment")
+    if not environment:
+        return "–"
+    cpu, devices = environment
+    return f"{cpu}, {devices} device{'s' * (devices != 1)}"
+
+
 def _score(x: float | None) -> str:
     return "–" if x is None else f"{x:.4f}"
 
@@ -171,8 +198,10 @@ def _score(x: float | None) -> str:
 def _stage_table(rows: list[dict[str, Any]], value_name: str, chosen: Any) -> list[str]:
     steps = [str(s) for s in range(0, settings.PILOT_STEPS + 1, settings.PILOT_CHECK_EVERY)]
     lines = [
-        f"| {value_name} | state | " + " | ".join(f"check {s}" for s in steps) + " | score |",
-        "|---|---|" + "---|" * (len(steps) + 1),
+        f"| {value_name} | state | "
+        + " | ".join(f"check {s}" for s in steps)
+        + " | score | step 0 made on |",
+        "|---|---|" + "---|" * (len(steps) + 2),
     ]
     for row in rows:
         checks = row["checks"] or {}
@@ -181,7 +210,7 @@ def _stage_table(rows: list[dict[str, Any]], value_name: str, chosen: Any) -> li
         lines.append(
             f"| {row['value']:g}{mark} | {row['state']} | "
             + " | ".join(cells)
-            + f" | {_score(row['score'])} |"
+            + f" | {_score(row['score'])} | {_environment(row)} |"
         )
     return lines
 
@@ -225,7 +254,8 @@ def markdown(summary: dict[str, Any]) -> str:
         lines.append(
             f"Stage 1 chose {chosen_rate:g}: {improving} at its end (check at "
             f"{settings.PILOT_SCORE_STEPS[-1]} against {settings.PILOT_SCORE_STEPS[-2]}); "
-            f"{below} of {len(rate['scores'])} rates score below the warm start's own check."
+            f"{below} of {len(rate['scores'])} rates score below their own step-0 check."
+            + margin_text(rate)
         )
     lines += ["", "### The pilot, stage 2: ELO's resume probability (ELO-Celo2, Muon expert)", ""]
     if pilot_part["stage2"] is None:
@@ -233,6 +263,8 @@ def markdown(summary: dict[str, Any]) -> str:
     else:
         chosen_p = None if decision["resume"] is None else decision["resume"]["chosen"]
         lines += _stage_table(pilot_part["stage2"], "resume probability", chosen_p)
+        if decision["resume"] is not None:
+            lines += ["", f"Stage 2 chose {chosen_p:g}." + margin_text(decision["resume"])]
     lines += ["", "### The main runs", ""]
     main_part = summary["main"]
     if main_part is None:

@@ -127,7 +127,37 @@ def test_step_0_checks_that_differ_stop_the_pilot(tmp_path):
     for lr in settings.PILOT_LEARNING_RATES:
         _finished(tmp_path, pilot.rate_run(lr), [1.0, 0.9, 0.9, 0.9])
     _finished(tmp_path, pilot.rate_run(1e-3), [1.001, 0.9, 0.9, 0.9])
-    with pytest.raises(SystemExit, match="step-0 checks differ"):
+    with pytest.raises(SystemExit, match="step-0 checks on .* differ"):
+        pilot.decide(tmp_path)
+
+
+def _segments(results, name, *environments):
+    """A run's `segments.json`: one segment per (cpu_model, device_count, from_step)."""
+    segments = [
+        {"environment": {"cpu_model": "x", "device_count": 0}, "from_step": step}
+        | {"run_environment": {"cpu_model": cpu, "device_count": devices}}
+        for cpu, devices, step in environments
+    ]
+    common.write_json(results / "pilot" / name / "segments.json", segments)
+
+
+def test_step_0_checks_are_compared_within_the_environment_that_made_them(tmp_path):
+    """rule.md, amendment of 2026-12-02: another CPU or device count rounds the check's 5,000
+    training steps otherwise, so only checks made in the same environment must agree."""
+    rates = settings.PILOT_LEARNING_RATES
+    _finished(tmp_path, pilot.rate_run(rates[0]), [1.001, 0.9, 1.0005, 1.0005])
+    # Its step-0 check came from a session on one device, stopped and resumed on two.
+    _segments(tmp_path, pilot.rate_run(rates[0]), ("AMD", 1, 0), ("AMD", 2, 1285))
+    for lr in rates[1:]:
+        _finished(tmp_path, pilot.rate_run(lr), [1.0, 0.9, 1.0004, 1.0004])
+        _segments(tmp_path, pilot.rate_run(lr), ("AMD", 2, 0), ("Intel", 2, 0))
+    decision = pilot.decide(tmp_path)  # the 1.001 stands alone in its environment
+    assert decision["rate"]["step0_environment"][pilot.rate_run(rates[0])] == ["AMD", 1]
+    assert decision["rate"]["step0_environment"][pilot.rate_run(rates[1])] == ["Intel", 2]
+    # Each run against its own step-0 check: 1.0005 < 1.001, but 1.0004 > 1.0.
+    assert decision["rate"]["below_warm_start"] == [pilot.rate_run(rates[0])]
+    _finished(tmp_path, pilot.rate_run(rates[1]), [1.001, 0.9, 1.0004, 1.0004])
+    with pytest.raises(SystemExit, match=r"step-0 checks on \('Intel', 2\) differ"):
         pilot.decide(tmp_path)
 
 
@@ -143,7 +173,7 @@ def test_a_step_0_check_that_differs_stops_the_pilot_after_that_run(tmp_path, mo
     )
     args = types.SimpleNamespace(runs_dir=str(tmp_path / "runs"), results_dir=str(tmp_path))
     config = settings.config("pes_celo2", 3e-4, settings.PILOT_STEPS)
-    with pytest.raises(SystemExit, match="step-0 checks differ"):
+    with pytest.raises(SystemExit, match="step-0 checks on .* differ"):
         pilot.train(pilot.rate_run(3e-4), config, args, {"winner": "x", "path": tmp_path})
 
 
