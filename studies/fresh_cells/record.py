@@ -36,11 +36,13 @@ NAMES = ("celo2", ship.PUBLISHED)
 def fresh_rows(summary: dict[str, Any], name: str) -> dict[str, Any]:
     """`name`'s row on every fresh cell where it has a result, with tuned AdamW's and Muon's
     test losses, once every cell has AdamW's result (the verdict's reference) and `name` has
-    at least one; until then `ship.FRESH_PENDING`. `pending` names the cells still without
-    `name`'s result and `of` counts its rows, so a record made before the last result says what
-    it lacks. Muon, the second reference of rule.md §4's ratios, runs after `celo2` and
-    `celo2_published` (rule.md, amendment of 2026-11-29, 22:12 UTC), so a row may come before
-    Muon's result: its Muon figures are then `None`, and `muon_pending` names those cells."""
+    at least one; until then `ship.FRESH_PENDING`. `of` counts the cells, `cells_evaluated` the
+    rows, and `pending` names the cells still without `name`'s result; while any is pending,
+    `name`'s count at or below AdamW is left out, as the docs leave it out (a count on fewer
+    cells than `celo2`'s would compare other problems). Muon, the second reference of rule.md
+    §4's ratios, runs after `celo2` and `celo2_published` (rule.md, amendment of 2026-11-29,
+    22:12 UTC), so a row may come before Muon's result: its Muon figures are then `None`, and
+    `muon_pending` names those cells."""
     cells = summary["cells"]
     evaluated = {key: cell for key, cell in cells.items() if cell["optimizers"][name] is not None}
     if not evaluated or any(cell["optimizers"]["adamw"] is None for cell in cells.values()):
@@ -58,15 +60,19 @@ def fresh_rows(summary: dict[str, Any], name: str) -> dict[str, Any]:
             "muon_test_loss": None if muon is None else muon["test_loss"],
         }
     verdict = summary["verdict"]
+    pending = [key for key in cells if key not in evaluated]
     if name == "celo2":
         counted = {"verdict": verdict["verdict"], "at_or_below_adamw": verdict["at_or_below"]}
+    elif pending:  # no count on fewer cells than celo2's: it would compare other problems
+        counted = {}
     else:
         counted = {"at_or_below_adamw": summary["beside_adamw"][name]["at_or_below"]}
     return {
         "rule": "studies/fresh_cells/rule.md §1 (protocol v2), §4 (the verdict)",
         **counted,
-        "of": len(rows),
-        "pending": [key for key in cells if key not in evaluated],
+        "of": len(cells),
+        "cells_evaluated": len(rows),
+        "pending": pending,
         "muon_pending": [k for k, cell in evaluated.items() if cell["optimizers"]["muon"] is None],
         "cells": rows,
     }

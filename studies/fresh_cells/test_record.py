@@ -67,7 +67,9 @@ def test_the_fresh_rows_wait_for_adamw_on_every_cell_and_then_carry_the_reports_
 def test_a_cell_without_the_optimizers_result_is_pending_not_a_row():
     partial = record.fresh_rows(_summary(missing=True), "celo2_published")
     assert list(partial["cells"]) == ["a@10"]
-    assert partial["pending"] == ["b@20"] and partial["of"] == 1
+    assert partial["pending"] == ["b@20"]
+    assert partial["of"] == 2 and partial["cells_evaluated"] == 1
+    assert "at_or_below_adamw" not in partial  # no count on fewer cells than celo2's
     assert partial["muon_pending"] == []
 
 
