@@ -12,6 +12,9 @@ COMMANDS = {
         "studies.deployed_schedule.headline", "tune the checkpoints on the headline cells (§4)"
     ),
     "fresh": Command("studies.deployed_schedule.fresh", "tune the checkpoints on the fresh cells"),
+    "fresh-report": Command(
+        "studies.deployed_schedule.fresh_report", "H1, H2 and Q3 on the fresh cells (§3)"
+    ),
     "ship-rule": Command(
         "studies.deployed_schedule.ship_rule", "ship rule v2 over old and new checkpoints (§4)"
     ),

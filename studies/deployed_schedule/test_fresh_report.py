@@ -1,0 +1,109 @@
+"""The main runs' held-out verdicts on made-up results: H1's two thirds, H2's paired intervals
+on the long cells and its failure count, Q3's three answers, and "pending" while a value is
+missing."""
+
+import equinox as eqx
+import jax
+import numpy as np
+import pytest
+
+import elo
+from studies import common
+from studies.deployed_schedule import fresh, fresh_report, settings
+
+
+CELLS = [fresh_report.cell_key(t, h) for t, h in fresh.held_out_cells()]
+LONG = [fresh_report.cell_key(t, h) for t, h in fresh.held_out_cells() if h >= 5000]
+
+
+def _result(test_loss, failed=False):
+    row = {"diverged": [False] * 3, "worse_than_initial": [failed, False, False]}
+    return {"test_loss": test_loss, "selected": 0, "sweep": [row], "environment": {"commit": "c"}}
+
+
+def _write(tmp_path, monkeypatch, arms, adamw=1.0, skip=()):
+    """Every arm's three seeds on every cell: `arms[arm](cell, seed)` gives (loss, failed)."""
+    references = tmp_path / "fresh_cells"
+    monkeypatch.setattr(fresh_report, "FRESH_CELLS_RESULTS", references)
+    for key in CELLS:
+        common.write_json(references / "adamw" / f"{key}.json", _result(adamw))
+        for arm, make in arms.items():
+            for seed, path in fresh_report.checkpoint_files(tmp_path, arm, key).items():
+                if (arm, key, seed) not in skip:
+                    common.write_json(path, _result(*make(key, seed)))
+    return fresh_report.summarise(tmp_path)
+
+
+def _arms(elo, pes, constant):
+    return {"elo_celo2": elo, "pes_celo2": pes, "headline_pes_celo2": constant}
+
+
+def test_h1_needs_elo_at_or_below_adamw_on_two_thirds_of_the_cells(tmp_path, monkeypatch):
+    needed = 9
+    assert len(CELLS) == 13 and LONG == CELLS[9:]  # cells 10, 11, 12 and 14 of the table
+    at = set(CELLS[:needed])
+    elo = lambda key, seed: (1.0 if key in at else 1.01, False)  # noqa: E731
+    other = lambda key, seed: (1.1, False)  # noqa: E731
+    summary = _write(tmp_path, monkeypatch, _arms(elo, other, other))
+    assert summary["h1"]["verdict"] == "met" and summary["h1"]["at_or_below"] == needed
+    assert summary["h1"]["counts"]["pes_celo2"]["adamw"] == 0
+    one_fewer = set(CELLS[: needed - 1])
+    elo = lambda key, seed: (1.0 if key in one_fewer else 1.01, False)  # noqa: E731
+    summary = _write(tmp_path, monkeypatch, _arms(elo, other, other))
+    assert summary["h1"]["verdict"] == "not met"
+
+
+def test_h2_needs_half_the_long_cells_below_zero_and_no_more_failures(tmp_path, monkeypatch):
+    def elo(key, seed):  # clearly below PES on two long cells, the same elsewhere
+        return (1.0 - 0.1 - 0.001 * seed if key in LONG[:2] else 1.0 + 0.001 * seed, False)
+
+    pes = lambda key, seed: (1.0 + 0.001 * seed, False)  # noqa: E731
+    summary = _write(tmp_path, monkeypatch, _arms(elo, pes, pes))
+    assert summary["h2"]["below_zero"] == LONG[:2] and summary["h2"]["verdict"] == "met"
+    failing = lambda key, seed: (elo(key, seed)[0], key == CELLS[0])  # noqa: E731
+    summary = _write(tmp_path, monkeypatch, _arms(failing, pes, pes))
+    assert summary["h2"]["failures"] == {
+        "elo_celo2": 3,
+        "pes_celo2": 0,
+        "headline_pes_celo2": 0,
+    }
+    assert summary["h2"]["verdict"] == "not met"  # more failed pairs than PES
+    noisy = lambda key, seed: (1.0 - 0.1 * (seed == 0) if key in LONG else 1.0, False)  # noqa: E731
+    summary = _write(tmp_path, monkeypatch, _arms(noisy, pes, pes))
+    assert summary["h2"]["below_zero"] == []  # lower means, but intervals that reach 0
+
+
+@pytest.mark.parametrize("lower, answer", [(9, "yes"), (5, "no clear difference"), (4, "no")])
+def test_q3_answers_by_the_cells_where_the_deployed_arm_is_lower(
+    tmp_path, monkeypatch, lower, answer
+):
+    deployed = lambda key, seed: (0.9 if key in CELLS[:lower] else 1.1, False)  # noqa: E731
+    constant = lambda key, seed: (1.0, False)  # noqa: E731
+    summary = _write(tmp_path, monkeypatch, _arms(constant, deployed, constant))
+    assert summary["q3"]["answer"] == answer and len(summary["q3"]["lower"]) == lower
+
+
+def test_every_verdict_waits_for_every_value(tmp_path, monkeypatch):
+    same = lambda key, seed: (0.5, False)  # noqa: E731
+    skip = {("elo_celo2", CELLS[-1], 2)}
+    summary = _write(tmp_path, monkeypatch, _arms(same, same, same), skip=skip)
+    assert summary["missing"] == [f"elo_celo2 on {CELLS[-1]}"]
+    assert summary["h1"]["verdict"] == summary["h2"]["verdict"] == "pending"
+    assert summary["q3"]["answer"] == "pending"
+    assert "(2 of 3 seeds)" in fresh_report.markdown(summary)
+
+
+def test_the_constant_step_arms_seed_0_is_the_shipped_celo2():
+    files = fresh_report.checkpoint_files(fresh_report.RESULTS, "headline_pes_celo2", CELLS[0])
+    assert files[0] == fresh_report.FRESH_CELLS_RESULTS / "celo2" / f"{CELLS[0]}.json"
+    assert files[0].is_file()
+    assert files[1] == fresh_report.RESULTS / "fresh" / "headline_pes_celo2" / "s1" / (
+        f"{CELLS[0]}.json"
+    )
+    assert settings.FRESH_HEADLINE_PES_SEEDS == (1, 2)
+    # The shipped celo2 is that checkpoint's network (its schedule made protocol v2's).
+    shipped = eqx.filter(elo.pretrained("celo2"), eqx.is_inexact_array)
+    path = fresh.HEADLINE_MAIN / "pes_celo2" / "s0" / "best_optimizer.eqx"
+    headline = eqx.filter(elo.load_optimizer(path), eqx.is_inexact_array)
+    pairs = list(zip(jax.tree.leaves(shipped), jax.tree.leaves(headline), strict=True))
+    assert pairs and all(np.array_equal(a, b) for a, b in pairs)
