@@ -5,11 +5,12 @@ on the fresh cells of `studies/fresh_cells` by protocol v2, as the fresh cells' 
     python -m studies.deployed_schedule fresh --checkpoint elo_celo2/s0
 
 The checkpoints (`CHECKPOINTS`, in the order they run): each main run's selected one
-(`results/main/<method>/s<seed>/best_optimizer.eqx`, once the run is summarised; an unfinished
-run is skipped and said so), then the headline study's constant-step PES-Celo2 seeds 1 and 2
-(its seed 0 is the shipped `celo2`, whose fresh results exist). Each runs with the settings it
-was meta-trained with, its schedule made protocol v2's warm-up + cosine step (for this study's
-checkpoints, what they already carry); only its step multiplier is tuned.
+(`results/main/<method>/s<seed>/best_optimizer.eqx`, once the run is summarised: its
+`meta.json` is written; an unfinished run is skipped and said so), then the headline study's
+constant-step PES-Celo2 seeds 1 and 2 (its seed 0 is the shipped `celo2`, whose fresh results
+exist). Each runs with the settings it was meta-trained with, its schedule made protocol v2's
+warm-up + cosine step (for this study's checkpoints, what they already carry); only its step
+multiplier is tuned.
 
 One result file per (checkpoint, cell): `results/fresh/<checkpoint>/<task>@<horizon>.json`, in
 the fresh cells' format (`studies.fresh_cells.evaluate.summarise`), recording the checkpoint
@@ -118,8 +119,9 @@ def run(results: Path, names: Sequence[str] | None = None) -> None:
     """Every chosen checkpoint on every cell of `held_out_cells`, checkpoint by checkpoint; a
     checkpoint whose file does not exist yet (its run not summarised) is skipped, said so."""
     for name, checkpoint in chosen(names, checkpoints(results)).items():
-        if not checkpoint.is_file():
-            log(f"{name}: no {checkpoint} yet (its main run is not summarised); skipped")
+        # A run is summarised once its meta.json is written, last (`main_runs.summarise`).
+        if not (checkpoint.parent / "meta.json").is_file():
+            log(f"{name}: its main run is not summarised yet (no meta.json); skipped")
             continue
         for task_name, horizon in held_out_cells():
             evaluate_cell(results, name, checkpoint, task_name, horizon)

@@ -43,10 +43,15 @@ def run(results: Path, runs: list[str] | None = None, tasks: list[str] | None = 
     `tasks`), with this study's tuning cache."""
     out = results / "evaluation"
     check_settings(out)
-    evaluate.TUNING_CACHE_ROOT = TUNING_CACHE
-    # float32 matrix products on every device, as the headline's evaluation.
-    with jax.default_matmul_precision("highest"):
-        evaluate.run_decayed(out, results, tasks, runs)
+    # The headline's evaluation keeps its tuning cache root as a module setting (its
+    # --resumable); this study's own for the call, the headline's back after it.
+    before, evaluate.TUNING_CACHE_ROOT = evaluate.TUNING_CACHE_ROOT, TUNING_CACHE
+    try:
+        # float32 matrix products on every device, as the headline's evaluation.
+        with jax.default_matmul_precision("highest"):
+            evaluate.run_decayed(out, results, tasks, runs)
+    finally:
+        evaluate.TUNING_CACHE_ROOT = before
 
 
 def main(argv: list[str] | None = None) -> int:

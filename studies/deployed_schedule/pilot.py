@@ -28,6 +28,8 @@ from studies.harness.stats import lowest
 
 HERE = Path(__file__).parent
 DECISION = "pilot_decision.json"
+# Where `step0_check.py` keeps its measurements, under the results directory.
+STEP0_CHECKS = "step0_checks"
 
 
 UNFINISHED = "(a run failed: see runs/logs; or another driver holds one)"
@@ -161,7 +163,8 @@ def step0_environment(results: Path, name: str) -> tuple[str, int] | None:
     """The CPU model and JAX device count of the session that made a finished run's step-0
     check (its last segment starting at step 0, `segments.json`); None when not recorded."""
     path = results / "pilot" / name / "segments.json"
-    if not path.is_file():
+    run_checks = checks(results, name)
+    if not path.is_file() or run_checks is None or 0 not in run_checks:
         return None
     starts = [s for s in common.load_json(path) if s["from_step"] == 0]
     if not starts:
@@ -178,12 +181,24 @@ def step0_environment_record(results: Path, name: str) -> list[Any] | None:
     return None if environment is None else list(environment)
 
 
+def measured_step0(results: Path) -> dict[tuple[str, int], float]:
+    """The warm start's check as `step0_check.py` measured it, by (CPU model, device count)."""
+    measured = {}
+    for path in sorted((results / STEP0_CHECKS).glob("warm_start_*.json")):
+        record = common.load_json(path)
+        environment = record["environment"]
+        measured[environment["cpu_model"], environment["device_count"]] = record["score"]
+    return measured
+
+
 def check_step0(results: Path) -> None:
-    """rule.md §3: every finished pilot run's step-0 check is the warm start's, the same
-    number, among the runs whose step-0 check ran on the same CPU model and JAX device count
-    (rule.md, amendment of 2026-12-02: the check's 5,000 training steps carry the float
-    rounding of the environment into its score). Checked after each run, so that a defect of
-    the setup stops the pilot at once."""
+    """rule.md §3 as amended on 2026-12-02: every finished pilot run's step-0 check is the warm
+    start's, the same number to `STEP0_RTOL` among the runs whose step-0 check ran on the same
+    CPU model and JAX device count, and the same as the warm start's check measured in that
+    environment (`measured_step0`), where it was; across environments, which round the check's
+    5,000 training steps otherwise, the same to `STEP0_ACROSS_ENVIRONMENTS_RTOL`. Checked
+    after each run, so that a defect of the setup stops the pilot at once."""
+    measured = measured_step0(results)
     groups: dict[tuple[str, int] | None, list[float]] = {}
     for path in sorted((results / "pilot").glob("*/meta.json")):
         run_checks = checks(results, path.parent.name)
@@ -191,17 +206,27 @@ def check_step0(results: Path) -> None:
             environment = step0_environment(results, path.parent.name)
             groups.setdefault(environment, []).append(run_checks[0])
     for environment, values in groups.items():
+        if environment in measured:
+            values = [measured[environment], *values]
         if any(not math.isclose(v, values[0], rel_tol=settings.STEP0_RTOL) for v in values):
             raise SystemExit(
                 f"the pilot's step-0 checks on {environment} differ ({sorted(set(values))}): "
                 "the runs did not all start from the warm start, or the checks are not "
                 "deterministic; the pilot stops (rule.md §3)."
             )
+    every = [v for values in groups.values() for v in values]
+    if every and (max(every) - min(every)) / min(every) > settings.STEP0_ACROSS_ENVIRONMENTS_RTOL:
+        raise SystemExit(
+            f"the pilot's step-0 checks differ by more than the environments' rounding "
+            f"({min(every)!r} to {max(every)!r}): the runs did not all start from the warm "
+            "start; the pilot stops (rule.md §3)."
+        )
 
 
 def decide(results: Path) -> dict[str, Any]:
     """The pilot's decision so far: `rate` (stage 1) and `resume` (stage 2), each None while
-    unfinished."""
+    unfinished; `rate["below_warm_start"]` lists the runs whose score is below their own
+    step-0 check (rule.md, amendment of 2026-12-02)."""
     rates = {lr: rate_run(lr) for lr in settings.PILOT_LEARNING_RATES}
     decision: dict[str, Any] = {"rate": stage(results, rates), "resume": None}
     if decision["rate"] is not None:

@@ -78,6 +78,7 @@ def pilot_section(results: Path) -> dict[str, Any]:
         "stage2": None,
         "decision": {"rate": None, "resume": None},
         "stopped": None,
+        "measured_step0": [[*e, v] for e, v in pilot.measured_step0(results).items()],
     }
     try:
         decision = pilot.decide(results)
@@ -165,21 +166,23 @@ def summarise(results: Path = RESULTS) -> dict[str, Any]:
     }
 
 
-def margin_text(stage: dict[str, Any]) -> str:
-    """The chosen run's margin over the next score, beside how far the stage's step-0 checks
-    (the same weights) spread across the environments that made them (rule.md, amendment of
-    2026-12-02): a margin below that spread is within the environments' float rounding."""
+def margin_text(stage: dict[str, Any], measured: list[list[Any]]) -> str:
+    """The chosen value's margin over the next score, beside how far the warm start's check
+    moves across environments: the stage's step-0 checks and the `step0-check` measurements
+    (`measured`: [cpu, devices, score] each), the same weights (rule.md, amendment of
+    2026-12-02). A margin below that is within the environments' float rounding."""
     scores = sorted(stage["scores"].values())
     if len(scores) < 2:
         return ""
     gap = (scores[1] - scores[0]) / scores[0]
-    step0 = list(stage["step0"].values())
-    spread = (max(step0) - min(step0)) / min(step0)
+    step0 = [*stage["step0"].values(), *(m[2] for m in measured)]
     environments = {tuple(e) for e in stage.get("step0_environment", {}).values() if e}
-    where = f"{len(environments)} environments" if len(environments) > 1 else "one environment"
+    environments |= {(m[0], m[1]) for m in measured}
+    spread = (max(step0) - min(step0)) / min(step0)
     return (
-        f" Its score is {gap:.1e} (relative) below the next; the step-0 checks of the same "
-        f"weights spread by {spread:.1e} over the {where} that made them."
+        f" The chosen value's score is {gap:.1e} (relative) below the next; the warm start's "
+        f"check moves by {spread:.1e} across the {len(environments)} environment"
+        f"{'s' * (len(environments) != 1)} that measured it."
     )
 
 
@@ -255,7 +258,7 @@ def markdown(summary: dict[str, Any]) -> str:
             f"Stage 1 chose {chosen_rate:g}: {improving} at its end (check at "
             f"{settings.PILOT_SCORE_STEPS[-1]} against {settings.PILOT_SCORE_STEPS[-2]}); "
             f"{below} of {len(rate['scores'])} rates score below their own step-0 check."
-            + margin_text(rate)
+            + margin_text(rate, pilot_part["measured_step0"])
         )
     lines += ["", "### The pilot, stage 2: ELO's resume probability (ELO-Celo2, Muon expert)", ""]
     if pilot_part["stage2"] is None:
@@ -264,7 +267,8 @@ def markdown(summary: dict[str, Any]) -> str:
         chosen_p = None if decision["resume"] is None else decision["resume"]["chosen"]
         lines += _stage_table(pilot_part["stage2"], "resume probability", chosen_p)
         if decision["resume"] is not None:
-            lines += ["", f"Stage 2 chose {chosen_p:g}." + margin_text(decision["resume"])]
+            margin = margin_text(decision["resume"], pilot_part["measured_step0"])
+            lines += ["", f"Stage 2 chose {chosen_p:g}." + margin]
     lines += ["", "### The main runs", ""]
     main_part = summary["main"]
     if main_part is None:

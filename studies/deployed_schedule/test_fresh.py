@@ -86,6 +86,14 @@ def test_an_unfinished_run_is_skipped_and_nothing_runs_before_the_rule(tmp_path,
     monkeypatch.setattr(fresh, "evaluate_cell", lambda *a: calls.append(a))
     fresh.run(tmp_path)
     assert calls == []  # no checkpoint file exists
+    run = tmp_path / "main" / "elo_celo2" / "s0"
+    run.mkdir(parents=True)
+    elo.save_optimizer(run / "best_optimizer.eqx", elo.Celo2(key=jax.random.key(0)))
+    fresh.run(tmp_path)
+    assert calls == []  # copied, but the run is not summarised: no meta.json yet
+    (run / "meta.json").write_text("{}")
+    fresh.run(tmp_path)
+    assert [c[1] for c in calls] == ["elo_celo2/s0"] * len(fresh.held_out_cells())
     monkeypatch.setattr(fresh.main_runs, "committed_as_is", lambda path: "")
     with pytest.raises(SystemExit, match="main_rule.md is not committed as it is"):
         fresh.main(["--results-dir", str(tmp_path)])

@@ -34,8 +34,10 @@ def test_a_summarised_run_is_tuned_on_a_cell_as_the_ship_rule_reads_it(tmp_path,
     assert result["lo_schedule"] == headline.DECAYED_SCHEDULE
     assert len(result["sweep"]) == 3
     assert not (decayed / "elo_celo2").exists()
-    assert evaluate.TUNING_CACHE_ROOT == tmp_path / "values"
-    assert not list((tmp_path / "values").rglob("value_*.json"))  # removed once written
+    assert evaluate.TUNING_CACHE_ROOT is None  # the headline's setting back
+    # The values were kept in this study's cache (its folders stay), removed once written.
+    assert (tmp_path / "values" / "decayed" / "pes_celo2" / "s0" / "best").is_dir()
+    assert not list((tmp_path / "values").rglob("value_*.json"))
     recorded = json.loads((tmp_path / "evaluation" / "settings.json").read_text())
     assert recorded["settings"] == headline.evaluation()
 

@@ -161,6 +161,32 @@ def test_step_0_checks_are_compared_within_the_environment_that_made_them(tmp_pa
         pilot.decide(tmp_path)
 
 
+def test_a_run_alone_in_its_environment_is_held_to_the_measured_check_and_to_the_others(
+    tmp_path,
+):
+    rates = settings.PILOT_LEARNING_RATES
+    for i, lr in enumerate(rates):
+        _finished(tmp_path, pilot.rate_run(lr), [1.0 + 1e-3 * (i == 0), 0.9, 0.9, 0.9])
+        _segments(tmp_path, pilot.rate_run(lr), ("AMD" if i == 0 else "Intel", 2, 0))
+    pilot.decide(tmp_path)  # AMD's 1.001 is alone in its environment, within 1e-2 of the rest
+    measured = tmp_path / pilot.STEP0_CHECKS / "warm_start_amd_2dev.json"
+    common.write_json(
+        measured, {"score": 1.0, "environment": {"cpu_model": "AMD", "device_count": 2}}
+    )
+    with pytest.raises(SystemExit, match=r"step-0 checks on \('AMD', 2\) differ"):
+        pilot.decide(tmp_path)  # the warm start's check measured there is 1.0
+    measured.unlink()
+    _finished(tmp_path, pilot.rate_run(rates[0]), [1.05, 0.9, 0.9, 0.9])
+    with pytest.raises(SystemExit, match="more than the environments' rounding"):
+        pilot.decide(tmp_path)
+
+
+def test_the_step_0_measurements_are_where_the_pilot_reads_them():
+    from studies.deployed_schedule import step0_check
+
+    assert step0_check.RESULTS == pilot.HERE / "results" / pilot.STEP0_CHECKS
+
+
 def test_a_step_0_check_that_differs_stops_the_pilot_after_that_run(tmp_path, monkeypatch):
     """Checked after each run, not only once a stage is complete: two finished runs suffice."""
     _finished(tmp_path, pilot.rate_run(1e-4), [1.0, 0.9, 0.9, 0.9])

@@ -93,3 +93,18 @@ def test_the_committed_report_is_the_one_the_committed_results_make():
     summary = common.load_json(report.RESULTS / "summary.json")
     assert report.summarise() == summary
     assert report.markdown(summary) == (report.RESULTS / "summary.md").read_text()
+
+
+def test_the_margin_is_given_beside_how_far_the_environments_move_the_warm_starts_check():
+    stage = {
+        "scores": {"a": 0.40, "b": 0.404, "c": 0.5},
+        "step0": {"a": 0.414, "b": 0.414, "c": 0.4145},
+        "step0_environment": {"a": ["Intel", 2], "b": ["Intel", 2], "c": ["AMD", 1]},
+    }
+    text = report.margin_text(stage, [["Intel", 1, 0.4141]])
+    assert "score is 1.0e-02 (relative) below the next" in text
+    assert "moves by 1.2e-03 across the 3 environments that measured it" in text
+    assert report.margin_text({"scores": {"a": 1.0}, "step0": {"a": 1.0}}, []) == ""
+    row = {"step0_environment": ["AMD EPYC", 1]}
+    assert report._environment(row) == "AMD EPYC, 1 device"
+    assert report._environment({"step0_environment": None}) == "–"
