@@ -5,9 +5,9 @@ devices: what the pilot's runs measure before their first outer step (rule.md, a
     python -m studies.deployed_schedule step0-check --devices 2
     python -m studies.deployed_schedule step0-check --devices 1 --checkpoint RUN_DIR
 
-The learned optimizer is built as `elo.meta_train` builds a pilot run's at step 0: the stage-1
-config, then the warm start's weights with the run's settings (`init_weights_only`), held on
-every device as the run holds it. With `--checkpoint`, a run directory's last checkpoint is
+The learned optimizer is what `elo.meta_train` starts a pilot run from: the warm start's
+weights with the run's settings (`init_weights_only`), held on every device as the run holds
+it. With `--checkpoint`, a run directory's last checkpoint is
 measured instead (how the environment moves a trained optimizer's check). One result per
 measurement: `results/step0_checks/<what>_<cpu>_<N>dev.json`, with the environment.
 """
@@ -32,19 +32,23 @@ def measure(devices: int, checkpoint: Path | None) -> dict[str, Any]:
     got = elo.use_cpu_cores(devices)  # before anything starts JAX
     if got != devices:
         raise SystemExit(f"asked for {devices} JAX CPU devices, got {got}: fewer cores here?")
+    import equinox as eqx
     import jax
 
-    from elo._run._meta_train import _initialised_from
     from studies.deployed_schedule import pilot, settings, warm_start
 
     config = settings.config("pes_celo2", settings.PILOT_LEARNING_RATES[0], settings.PILOT_STEPS)
+    # Where a run holds its learned optimizer (every device, replicated).
     state = elo.init(config, key=jax.random.key(settings.PILOT_SEED))
+    placement = jax.tree.leaves(state.learned_optimizer)[0].sharding
     if checkpoint is None:
-        start = warm_start.load(HERE / "results")
-        lo = _initialised_from(state, start["path"], True).learned_optimizer
+        # The warm start's weights with the run's settings, as `init_weights_only` takes them.
+        source = warm_start.load(HERE / "results")["path"]
+        lo = elo.load_optimizer(source).with_hyperparameters(**settings.OPTIMIZER_SETTINGS)
     else:
-        placement = jax.tree.leaves(state.learned_optimizer)[0].sharding
-        lo = jax.device_put(elo.load_optimizer(checkpoint), placement)
+        lo = elo.load_optimizer(checkpoint)
+    arrays, static = eqx.partition(lo, eqx.is_array)
+    lo = eqx.combine(jax.device_put(arrays, placement), static)
     validation = pilot.validation_settings(settings.PILOT_CHECK_EVERY)
     started = time.perf_counter()
     per_task = [
