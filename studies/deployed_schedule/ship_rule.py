@@ -14,7 +14,6 @@ refuses while any candidate lacks a cell.
 import argparse
 from pathlib import Path
 
-from studies import common
 from studies.deployed_schedule import settings
 from studies.fresh_cells import settings as fresh_settings, ship_rule
 
@@ -46,20 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     decision = judge(args.results_dir)
-    if decision["missing"]:
-        print(f"Ship rule v2 cannot decide: {len(decision['missing'])} result(s) missing, e.g.")
-        print("  " + "\n  ".join(decision["missing"][:5]))
+    if not ship_rule.write_decision(decision, args.results_dir / "ship_rule.json"):
         return 1
-    decision["environment"] = common.environment()
-    common.write_json(args.results_dir / "ship_rule.json", decision)
-    for name, row in decision["candidates"].items():
-        print(
-            f"{name:24s} {row['at_or_below']:2d} of {decision['cells']}  "
-            f"geomean {row['geomean_ratio']:.4f}"
-        )
-    winner = decision["winner"]
-    new = winner in new_candidates(args.results_dir)
-    print(f"winner: {winner} ({'new: it ships as celo2' if new else 'nothing new won'})")
+    new = decision["winner"] in new_candidates(args.results_dir)
+    print("new: it ships as celo2" if new else "nothing new won: celo2 stays")
     return 0
 
 

@@ -95,22 +95,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--evaluation", type=Path, default=EVALUATION)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "ship_rule.json")
     args = parser.parse_args(argv)
-    decision = judge(args.evaluation)
+    if not write_decision(judge(args.evaluation), args.out):
+        return 1
+    return 0
+
+
+def write_decision(decision: dict[str, Any], out: Path) -> bool:
+    """Write a decision of `judge` with its environment to `out` and print each candidate's
+    count, best first, and the winner; False (nothing written) when results are missing."""
     if decision["missing"]:
         print(f"Ship rule v2 cannot decide: {len(decision['missing'])} result(s) missing, e.g.")
         print("  " + "\n  ".join(decision["missing"][:5]))
-        return 1
+        return False
     decision["environment"] = common.environment()
-    common.write_json(args.out, decision)
+    common.write_json(out, decision)
     for name, row in sorted(
         decision["candidates"].items(), key=lambda kv: (-kv[1]["at_or_below"], kv[0])
     ):
         print(
-            f"{name:18s} {row['at_or_below']:2d} of {decision['cells']}  "
+            f"{name:24s} {row['at_or_below']:2d} of {decision['cells']}  "
             f"geomean {row['geomean_ratio']:.4f}"
         )
     print(f"winner: {decision['winner']}")
-    return 0
+    return True
 
 
 if __name__ == "__main__":
