@@ -570,6 +570,17 @@ def run_shipped(
             tune_cached(folder / f"{task}@{horizon}.json", lo, task, horizon, required=required)
 
 
+def check_settings(out: Path) -> None:
+    """Record the evaluation's settings (`settings.evaluation()`) in `out` with its first result;
+    refuse to add results to `out` under other settings later."""
+    path = out / "settings.json"
+    current = settings.evaluation()
+    if path.is_file() and common.load_json(path)["settings"] != current:
+        raise SystemExit(f"{path} records other evaluation settings; use another --results-dir.")
+    if not path.is_file():
+        common.write_json(path, {"settings": current, "environment": common.environment()})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -649,12 +660,7 @@ def main() -> None:
         shipped_to_tune(args.optimizer)  # likewise
     results = Path(args.results_dir)
     out = results / "evaluation"
-    path = out / "settings.json"
-    current = settings.evaluation()
-    if path.is_file() and common.load_json(path)["settings"] != current:
-        raise SystemExit(f"{path} records other evaluation settings; use another --results-dir.")
-    if not path.is_file():
-        common.write_json(path, {"settings": current, "environment": common.environment()})
+    check_settings(out)
     # float32 matrix products on every device (an accelerator's default may be TF32).
     with jax.default_matmul_precision("highest"):
         if args.command == "baselines":

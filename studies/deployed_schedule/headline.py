@@ -18,8 +18,7 @@ from pathlib import Path
 
 import jax
 
-from studies import common
-from studies.celo2_headline import evaluate, settings as headline
+from studies.celo2_headline import evaluate
 from studies.deployed_schedule import main_runs
 
 
@@ -28,21 +27,11 @@ RESULTS = HERE / "results"
 TUNING_CACHE = HERE / "runs" / "tuning_cache" / "headline"
 
 
-def check_settings(out: Path) -> None:
-    """Record the headline evaluation's settings with its first result; refuse others later."""
-    path = out / "settings.json"
-    current = headline.evaluation()
-    if path.is_file() and common.load_json(path)["settings"] != current:
-        raise SystemExit(f"{path} records other evaluation settings; use another --results-dir.")
-    if not path.is_file():
-        common.write_json(path, {"settings": current, "environment": common.environment()})
-
-
 def run(results: Path, runs: list[str] | None = None, tasks: list[str] | None = None) -> None:
     """Every summarised main run (or those `runs` names) on every headline cell (or those of
     `tasks`), with this study's tuning cache."""
     out = results / "evaluation"
-    check_settings(out)
+    evaluate.check_settings(out)
     # The headline's evaluation keeps its tuning cache root as a module setting (its
     # --resumable); this study's own for the call, the headline's back after it.
     before, evaluate.TUNING_CACHE_ROOT = evaluate.TUNING_CACHE_ROOT, TUNING_CACHE
