@@ -11,6 +11,9 @@ results: tuned AdamW, tuned Muon, and the marks to beat, `celo2` and the publish
 A checkpoint's value on a cell is its tuned test loss (mean over evaluation seeds, each capped
 at its initial loss); an arm's value is the mean of its three checkpoints'. A verdict is stated
 once every cell has every checkpoint's result and AdamW's; until then it is "pending".
+
+It reads nothing before the ship decision over the headline cells (`results/ship_rule.json`,
+`main_rule.md` §4) is committed as it is, so that no held-out result can decide what ships.
 """
 
 import argparse
@@ -21,12 +24,14 @@ from typing import Any
 import numpy as np
 
 from studies import common
-from studies.deployed_schedule import fresh, settings
+from studies.deployed_schedule import fresh, main_runs, settings
 from studies.fresh_cells import settings as fresh_settings
 
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
+# The ship decision (`ship_rule.py`), which must be committed before any held-out result is read.
+SHIP_DECISION = "ship_rule.json"
 FRESH_CELLS_RESULTS = HERE.parent / "fresh_cells" / "results"
 ARMS = {
     "elo_celo2": "ELO-Celo2 (deployed schedule)",
@@ -253,6 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    ship_decision = args.results_dir / SHIP_DECISION
+    if not main_runs.committed_as_is(ship_decision):
+        raise SystemExit(
+            f"{ship_decision} is not committed as it is: run `python -m "
+            "studies.deployed_schedule ship-rule` and commit its decision before the held-out "
+            "results are read (main_rule.md §4)."
+        )
     summary = summarise(args.results_dir)
     common.write_json(args.results_dir / "fresh_summary.json", summary)
     (args.results_dir / "fresh_summary.md").write_text(markdown(summary))

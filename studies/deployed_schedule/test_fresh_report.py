@@ -1,6 +1,8 @@
 """The main runs' held-out verdicts on made-up results: H1's two thirds, H2's paired intervals
 on the long cells and its failure count, Q3's three answers, and "pending" while a value is
-missing."""
+missing; and that it reads nothing before the ship decision is committed."""
+
+import subprocess
 
 import equinox as eqx
 import jax
@@ -107,3 +109,20 @@ def test_the_constant_step_arms_seed_0_is_the_shipped_celo2():
     headline = eqx.filter(elo.load_optimizer(path), eqx.is_inexact_array)
     pairs = list(zip(jax.tree.leaves(shipped), jax.tree.leaves(headline), strict=True))
     assert pairs and all(np.array_equal(a, b) for a, b in pairs)
+
+
+def test_the_report_reads_nothing_before_the_ship_decision_is_committed(tmp_path):
+    def git(*argv):
+        subprocess.run(["git", "-c", "commit.gpgsign=false", *argv], cwd=tmp_path, check=True)
+
+    with pytest.raises(SystemExit, match="ship_rule.json is not committed as it is"):
+        fresh_report.main(["--results-dir", str(tmp_path)])  # missing
+    git("init", "-q")
+    common.write_json(tmp_path / fresh_report.SHIP_DECISION, {"winner": "pes_celo2/s0"})
+    with pytest.raises(SystemExit, match="ship_rule.json is not committed as it is"):
+        fresh_report.main(["--results-dir", str(tmp_path)])  # written, not committed
+    assert not (tmp_path / "fresh_summary.json").exists()
+    git("add", fresh_report.SHIP_DECISION)
+    git("-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "decision")
+    assert fresh_report.main(["--results-dir", str(tmp_path)]) == 0
+    assert common.load_json(tmp_path / "fresh_summary.json")["missing"]  # no results: pending
