@@ -4,7 +4,7 @@ on the fresh cells of `studies/fresh_cells` by protocol v2, as the fresh cells' 
     python -m studies.deployed_schedule fresh                      # every checkpoint, in order
     python -m studies.deployed_schedule fresh --checkpoint elo_celo2/s0
 
-The checkpoints (`CHECKPOINTS`, in the order they run): each main run's selected one
+The checkpoints (`checkpoints`, in the order they run): each main run's selected one
 (`results/main/<method>/s<seed>/best_optimizer.eqx`, once the run is summarised: its
 `meta.json` is written; an unfinished run is skipped and said so), then the headline study's
 constant-step PES-Celo2 seeds 1 and 2 (its seed 0 is the shipped `celo2`, whose fresh results
@@ -17,7 +17,8 @@ the fresh cells' format (`studies.fresh_cells.evaluate.summarise`), recording th
 and its SHA-256: a result made from other weights is set aside and made again. Each value is
 kept as it finishes (`elo.TuningCache` under `runs/tuning_cache/fresh/`), so a stopped driver
 resumes within a cell. Refuses to start until `main_rule.md`, which registers this
-evaluation, is committed as it is.
+evaluation, and then the ship decision (`results/ship_rule.json`, §4) are committed as they are:
+what ships is decided before any held-out result exists.
 """
 
 import argparse
@@ -30,7 +31,7 @@ from typing import Any
 
 import elo
 from studies import common
-from studies.deployed_schedule import main_runs, settings
+from studies.deployed_schedule import main_runs, settings, ship_rule
 from studies.fresh_cells import evaluate as fresh_cells, settings as fresh_settings
 from studies.harness import cells
 
@@ -139,6 +140,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(
             f"{main_runs.MAIN_RULE} is not committed as it is: it registers this evaluation "
             "(§2), so it is committed before any of its results."
+        )
+    ship_decision = args.results_dir / ship_rule.DECISION
+    if not main_runs.committed_as_is(ship_decision):
+        raise SystemExit(
+            f"{ship_decision} is not committed as it is: the ship decision over the headline "
+            "cells comes first (`python -m studies.deployed_schedule ship-rule`, then commit "
+            "it), so that no held-out result exists when it is made (main_rule.md §4)."
         )
     run(args.results_dir, args.checkpoint)
     return 0

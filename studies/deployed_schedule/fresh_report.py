@@ -13,7 +13,9 @@ at its initial loss); an arm's value is the mean of its three checkpoints'. A ve
 once every cell has every checkpoint's result and AdamW's; until then it is "pending".
 
 It reads nothing before the ship decision over the headline cells (`results/ship_rule.json`,
-`main_rule.md` §4) is committed as it is, so that no held-out result can decide what ships.
+`main_rule.md` §4) is committed as it is, so that no held-out result can decide what ships; and
+it reads the shipped `celo2`'s results only for the weights it had when the rule was written
+(`settings.MARKS_CELO2_SHA256`).
 """
 
 import argparse
@@ -24,14 +26,12 @@ from typing import Any
 import numpy as np
 
 from studies import common
-from studies.deployed_schedule import fresh, main_runs, settings
+from studies.deployed_schedule import fresh, main_runs, settings, ship_rule
 from studies.fresh_cells import settings as fresh_settings
 
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
-# The ship decision (`ship_rule.py`), which must be committed before any held-out result is read.
-SHIP_DECISION = "ship_rule.json"
 FRESH_CELLS_RESULTS = HERE.parent / "fresh_cells" / "results"
 ARMS = {
     "elo_celo2": "ELO-Celo2 (deployed schedule)",
@@ -42,6 +42,21 @@ ARMS = {
 
 def cell_key(task: str, horizon: int) -> str:
     return f"{task}@{horizon}"
+
+
+def load_result(path: Path) -> dict[str, Any]:
+    """One tuned result; a result of the fresh cells' `celo2` only for the pinned weights
+    (`settings.MARKS_CELO2_SHA256`: what `celo2` was when main_rule.md was written)."""
+    result = common.load_json(path)
+    if path.parent == FRESH_CELLS_RESULTS / "celo2":
+        weights = result.get("weights_sha256")
+        if weights != settings.MARKS_CELO2_SHA256:
+            raise SystemExit(
+                f"{path} is for celo2 weights {weights}, not the ones main_rule.md §2 compares "
+                f"({settings.MARKS_CELO2_SHA256[:12]}...): restore the results made with them "
+                "(git checkout the file as committed when main_rule.md was written)."
+            )
+    return result
 
 
 def checkpoint_files(results: Path, arm: str, key: str) -> dict[int, Path]:
@@ -63,7 +78,7 @@ def failed(result: dict[str, Any]) -> bool:
 
 def reference(name: str, key: str) -> dict[str, Any] | None:
     path = FRESH_CELLS_RESULTS / name / f"{key}.json"
-    return common.load_json(path) if path.is_file() else None
+    return load_result(path) if path.is_file() else None
 
 
 def ratio(per_seed: dict[int, float], to: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -81,7 +96,7 @@ def cell_rows(results: Path, task: str, horizon: int) -> dict[str, Any]:
     arms = {}
     for arm in ARMS:
         found = {
-            seed: common.load_json(path)
+            seed: load_result(path)
             for seed, path in checkpoint_files(results, arm, key).items()
             if path.is_file()
         }
@@ -258,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    ship_decision = args.results_dir / SHIP_DECISION
+    ship_decision = args.results_dir / ship_rule.DECISION
     if not main_runs.committed_as_is(ship_decision):
         raise SystemExit(
             f"{ship_decision} is not committed as it is: run `python -m "

@@ -58,6 +58,10 @@ FRESH_CELLS_LEFT_OUT = (("mlp-w256-d4_cifar10-8x8x3", 20000),)
 # The headline's constant-step PES-Celo2 seeds evaluated beside this study's (Q3); its seed 0 is
 # the shipped `celo2`, whose fresh results exist.
 FRESH_HEADLINE_PES_SEEDS = (1, 2)
+# main_rule.md §2: the `celo2` shipped when the rule was written (the headline's PES-Celo2 s0),
+# whose fresh-cell results are the constant-step arm's seed 0 and a mark to beat. Pinned, so
+# that a later ship (§4) cannot change what they are.
+MARKS_CELO2_SHA256 = "e245524aed1ece50acddbddc857684ec0db08173c8d73b925bb76705ccdda35d"
 # What main_rule.md is to register (§3), H2: the long cells are those of this many steps or
 # more (cells 10, 11, 12, 14).
 H2_MIN_HORIZON = 5000

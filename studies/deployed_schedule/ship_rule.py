@@ -20,6 +20,8 @@ from studies.fresh_cells import settings as fresh_settings, ship_rule
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
+# The decision's file under the results directory; `fresh.py` and `fresh_report.py` wait for it.
+DECISION = "ship_rule.json"
 
 
 def new_candidates(results: Path = RESULTS) -> dict[str, Path]:
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     decision = judge(args.results_dir)
-    if not ship_rule.write_decision(decision, args.results_dir / "ship_rule.json"):
+    if not ship_rule.write_decision(decision, args.results_dir / DECISION):
         return 1
     new = decision["winner"] in new_candidates(args.results_dir)
     print("new: it ships as celo2" if new else "nothing new won: celo2 stays")

@@ -97,3 +97,17 @@ def test_an_unfinished_run_is_skipped_and_nothing_runs_before_the_rule(tmp_path,
     monkeypatch.setattr(fresh.main_runs, "committed_as_is", lambda path: "")
     with pytest.raises(SystemExit, match="main_rule.md is not committed as it is"):
         fresh.main(["--results-dir", str(tmp_path)])
+
+
+def test_nothing_runs_before_the_ship_decision_is_committed(tmp_path, monkeypatch):
+    rule = str(fresh.main_runs.MAIN_RULE)
+    # main_rule.md committed, the ship decision not.
+    monkeypatch.setattr(fresh.main_runs, "committed_as_is", lambda path: "c" * (str(path) == rule))
+    monkeypatch.setattr(fresh, "run", lambda *a: pytest.fail("ran before the ship decision"))
+    with pytest.raises(SystemExit, match="ship_rule.json is not committed as it is"):
+        fresh.main(["--results-dir", str(tmp_path)])
+    calls = []
+    monkeypatch.setattr(fresh.main_runs, "committed_as_is", lambda path: "c")
+    monkeypatch.setattr(fresh, "run", lambda *a: calls.append(a))
+    assert fresh.main(["--results-dir", str(tmp_path)]) == 0
+    assert calls == [(tmp_path, None)]

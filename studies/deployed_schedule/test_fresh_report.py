@@ -11,7 +11,8 @@ import pytest
 
 import elo
 from studies import common
-from studies.deployed_schedule import fresh, fresh_report, settings
+from studies.deployed_schedule import fresh, fresh_report, settings, ship_rule
+from studies.harness.provenance import installed_weights_sha256
 
 
 CELLS = [fresh_report.cell_key(t, h) for t, h in fresh.held_out_cells()]
@@ -20,7 +21,13 @@ LONG = [fresh_report.cell_key(t, h) for t, h in fresh.held_out_cells() if h >= 5
 
 def _result(test_loss, failed=False):
     row = {"diverged": [False] * 3, "worse_than_initial": [failed, False, False]}
-    return {"test_loss": test_loss, "selected": 0, "sweep": [row], "environment": {"commit": "c"}}
+    return {
+        "test_loss": test_loss,
+        "selected": 0,
+        "sweep": [row],
+        "environment": {"commit": "c"},
+        "weights_sha256": settings.MARKS_CELO2_SHA256,  # what a celo2 result must carry
+    }
 
 
 def _write(tmp_path, monkeypatch, arms, adamw=1.0, skip=()):
@@ -95,20 +102,34 @@ def test_every_verdict_waits_for_every_value(tmp_path, monkeypatch):
     assert "(2 of 3 seeds)" in fresh_report.markdown(summary)
 
 
-def test_the_constant_step_arms_seed_0_is_the_shipped_celo2():
+def test_the_constant_step_arms_seed_0_is_the_pinned_shipped_celo2():
     files = fresh_report.checkpoint_files(fresh_report.RESULTS, "headline_pes_celo2", CELLS[0])
     assert files[0] == fresh_report.FRESH_CELLS_RESULTS / "celo2" / f"{CELLS[0]}.json"
-    assert files[0].is_file()
     assert files[1] == fresh_report.RESULTS / "fresh" / "headline_pes_celo2" / "s1" / (
         f"{CELLS[0]}.json"
     )
     assert settings.FRESH_HEADLINE_PES_SEEDS == (1, 2)
-    # The shipped celo2 is that checkpoint's network (its schedule made protocol v2's).
+    # Every committed celo2 result is for the pinned weights, and those are the headline PES
+    # s0 checkpoint's network (its schedule made protocol v2's).
+    for key in CELLS:
+        fresh_report.load_result(fresh_report.FRESH_CELLS_RESULTS / "celo2" / f"{key}.json")
+    if installed_weights_sha256("celo2") != settings.MARKS_CELO2_SHA256:
+        return  # celo2 was re-shipped (main_rule.md §4); the pin still names the old weights
     shipped = eqx.filter(elo.pretrained("celo2"), eqx.is_inexact_array)
     path = fresh.HEADLINE_MAIN / "pes_celo2" / "s0" / "best_optimizer.eqx"
     headline = eqx.filter(elo.load_optimizer(path), eqx.is_inexact_array)
     pairs = list(zip(jax.tree.leaves(shipped), jax.tree.leaves(headline), strict=True))
     assert pairs and all(np.array_equal(a, b) for a, b in pairs)
+
+
+def test_a_celo2_result_for_other_weights_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(fresh_report, "FRESH_CELLS_RESULTS", tmp_path)
+    path = tmp_path / "celo2" / f"{CELLS[0]}.json"
+    common.write_json(path, {"test_loss": 1.0, "weights_sha256": "0" * 64})
+    with pytest.raises(SystemExit, match="not the ones main_rule.md §2 compares"):
+        fresh_report.load_result(path)
+    common.write_json(path, {"test_loss": 1.0, "weights_sha256": settings.MARKS_CELO2_SHA256})
+    assert fresh_report.load_result(path)["test_loss"] == 1.0
 
 
 def test_the_report_reads_nothing_before_the_ship_decision_is_committed(tmp_path):
@@ -118,11 +139,11 @@ def test_the_report_reads_nothing_before_the_ship_decision_is_committed(tmp_path
     with pytest.raises(SystemExit, match="ship_rule.json is not committed as it is"):
         fresh_report.main(["--results-dir", str(tmp_path)])  # missing
     git("init", "-q")
-    common.write_json(tmp_path / fresh_report.SHIP_DECISION, {"winner": "pes_celo2/s0"})
+    common.write_json(tmp_path / ship_rule.DECISION, {"winner": "pes_celo2/s0"})
     with pytest.raises(SystemExit, match="ship_rule.json is not committed as it is"):
         fresh_report.main(["--results-dir", str(tmp_path)])  # written, not committed
     assert not (tmp_path / "fresh_summary.json").exists()
-    git("add", fresh_report.SHIP_DECISION)
+    git("add", ship_rule.DECISION)
     git("-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "decision")
     assert fresh_report.main(["--results-dir", str(tmp_path)]) == 0
     assert common.load_json(tmp_path / "fresh_summary.json")["missing"]  # no results: pending
