@@ -360,19 +360,23 @@ def test_the_pages_elo_commands_are_accepted(command):
         check_options(args)
 
 
-def test_the_results_table_says_how_far_the_deployed_schedule_pilot_has_come():
+def test_the_results_table_says_how_far_the_deployed_schedule_study_has_come():
     from docs.generated import results
 
     def rows(states):
         return None if states is None else [{"state": s} for s in states]
 
     def summary(stage1, stage2=None, main=None):
-        return {"pilot": {"stage1": rows(stage1), "stage2": rows(stage2)}, "main": main}
+        pilot = {"stage1": rows(stage1), "stage2": rows(stage2)}
+        pilot["decision"] = {"rate": {"chosen": 1e-3}, "resume": {"chosen": 0.1}}
+        return {"pilot": pilot, "main": main}
 
     stage1 = ["finished", "at outer step 5 of 3000", "not started", "not started", "not started"]
     text = results.deployed_verdict_text(summary(stage1))
     assert "stage 1 (the meta learning rate), 1 of 5 runs finished" in text
     text = results.deployed_verdict_text(summary(["finished"] * 5, ["finished"] * 3))
     assert "stage 2 (ELO's resume probability), 3 of 3 runs finished" in text
-    with pytest.raises(ValueError, match="rewrite that sentence"):
-        results.deployed_verdict_text(summary(["finished"] * 5, ["finished"] * 3, main={}))
+    main = {"runs": {"a": {"state": "finished"}, "b": {"state": "at outer step 9 of 10000"}}}
+    text = results.deployed_verdict_text(summary(["finished"] * 5, ["finished"] * 3, main))
+    assert "the pilot chose meta learning rate 0.001 and ELO's resume probability 0.1" in text
+    assert "registered in `main_rule.md` before them, 1 of 2 finished" in text

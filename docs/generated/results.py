@@ -153,10 +153,20 @@ def fresh_verdict_text(fresh: dict[str, Any]) -> str:
 
 
 def deployed_verdict_text(deployed: dict[str, Any]) -> str:
-    """The Results table's cell for the deployed-schedule study while its pilot runs: how far
-    the pilot has come. Its verdicts come from the main runs, whose rule is not written yet."""
-    _require(deployed["main"] is None, "Under way: the pilot ...; no verdict before the main runs")
+    """The Results table's cell for the deployed-schedule study while it runs: how far the
+    pilot has come, then what it chose and how far the main runs have come. Its verdicts come
+    from the main runs' held-out evaluation, under `main_rule.md`."""
     pilot = deployed["pilot"]
+    if deployed["main"] is not None:
+        decision = pilot["decision"]
+        runs = deployed["main"]["runs"].values()
+        finished = sum(run["state"] == "finished" for run in runs)
+        return (
+            f"**Under way**: the pilot chose meta learning rate {decision['rate']['chosen']:g} "
+            f"and ELO's resume probability {decision['resume']['chosen']:g}; the main runs, "
+            f"registered in `main_rule.md` before them, {finished} of {len(runs)} finished; "
+            "the questions are judged on their held-out evaluation"
+        )
     if pilot["stage2"] is None:
         which, stage = "stage 1 (the meta learning rate)", pilot["stage1"]
     else:

@@ -166,22 +166,27 @@ def summarise(results: Path = RESULTS) -> dict[str, Any]:
     }
 
 
-def margin_text(stage: dict[str, Any], measured: list[list[Any]]) -> str:
-    """The chosen value's margin over the next score, beside how far the warm start's check
-    moves across environments: the stage's step-0 checks and the `step0-check` measurements
+def margin_text(
+    stage: dict[str, Any], stages: list[dict[str, Any]], measured: list[list[Any]]
+) -> str:
+    """`stage`'s chosen value's margin over the next score, beside how far the warm start's
+    check moves across environments: the step-0 checks of every decided stage's runs
+    (`stages`, both stages once stage 2 has decided) and the `step0-check` measurements
     (`measured`: [cpu, devices, score] each), the same weights (rule.md, amendment of
-    2026-12-02). A margin below that is within the environments' float rounding."""
+    2026-12-02, (c): every environment that measured it). A margin below that is within the
+    environments' float rounding."""
     scores = sorted(stage["scores"].values())
     if len(scores) < 2:
         return ""
     gap = (scores[1] - scores[0]) / scores[0]
-    step0 = [*stage["step0"].values(), *(m[2] for m in measured)]
-    environments = {tuple(e) for e in stage.get("step0_environment", {}).values() if e}
+    step0 = [v for s in stages for v in s["step0"].values()] + [m[2] for m in measured]
+    environments = {tuple(e) for s in stages for e in s.get("step0_environment", {}).values() if e}
     environments |= {(m[0], m[1]) for m in measured}
     spread = (max(step0) - min(step0)) / min(step0)
+    within = " (within it)" if gap <= spread else ""
     return (
-        f" The chosen value's score is {gap:.1e} (relative) below the next; the warm start's "
-        f"check moves by {spread:.1e} across the {len(environments)} environment"
+        f" The chosen value's score is {gap:.1e} (relative) below the next{within}; the warm "
+        f"start's check moves by {spread:.1e} across the {len(environments)} environment"
         f"{'s' * (len(environments) != 1)} that measured it."
     )
 
@@ -244,6 +249,8 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
     ]
     chosen_rate = None if decision["rate"] is None else decision["rate"]["chosen"]
+    # Every decided stage's step-0 checks measure the same warm start (rule.md, amendment (c)).
+    decided = [d for d in (decision["rate"], decision["resume"]) if d is not None]
     lines += _stage_table(pilot_part["stage1"], "meta learning rate", chosen_rate)
     lines.append("")
     if pilot_part["stopped"] is not None:
@@ -258,7 +265,7 @@ def markdown(summary: dict[str, Any]) -> str:
             f"Stage 1 chose {chosen_rate:g}: {improving} at its end (check at "
             f"{settings.PILOT_SCORE_STEPS[-1]} against {settings.PILOT_SCORE_STEPS[-2]}); "
             f"{below} of {len(rate['scores'])} rates score below their own step-0 check."
-            + margin_text(rate, pilot_part["measured_step0"])
+            + margin_text(rate, decided, pilot_part["measured_step0"])
         )
     lines += ["", "### The pilot, stage 2: ELO's resume probability (ELO-Celo2, Muon expert)", ""]
     if pilot_part["stage2"] is None:
@@ -267,7 +274,7 @@ def markdown(summary: dict[str, Any]) -> str:
         chosen_p = None if decision["resume"] is None else decision["resume"]["chosen"]
         lines += _stage_table(pilot_part["stage2"], "resume probability", chosen_p)
         if decision["resume"] is not None:
-            margin = margin_text(decision["resume"], pilot_part["measured_step0"])
+            margin = margin_text(decision["resume"], decided, pilot_part["measured_step0"])
             lines += ["", f"Stage 2 chose {chosen_p:g}." + margin]
     lines += ["", "### The main runs", ""]
     main_part = summary["main"]

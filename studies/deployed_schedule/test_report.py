@@ -101,10 +101,20 @@ def test_the_margin_is_given_beside_how_far_the_environments_move_the_warm_start
         "step0": {"a": 0.414, "b": 0.414, "c": 0.4145},
         "step0_environment": {"a": ["Intel", 2], "b": ["Intel", 2], "c": ["AMD", 1]},
     }
-    text = report.margin_text(stage, [["Intel", 1, 0.4141]])
-    assert "score is 1.0e-02 (relative) below the next" in text
+    text = report.margin_text(stage, [stage], [["Intel", 1, 0.4141]])
+    assert "score is 1.0e-02 (relative) below the next; the" in text
     assert "moves by 1.2e-03 across the 3 environments that measured it" in text
-    assert report.margin_text({"scores": {"a": 1.0}, "step0": {"a": 1.0}}, []) == ""
+    # A later stage's margin is set beside every stage's step-0 checks, not its own alone.
+    later = {
+        "scores": {"d": 0.37, "e": 0.3703},
+        "step0": {"d": 0.414, "e": 0.414},
+        "step0_environment": {"d": ["Intel", 2], "e": ["Intel", 2]},
+    }
+    text = report.margin_text(later, [stage, later], [])
+    assert "below the next (within it); the warm start's check moves by 1.2e-03" in text
+    assert "across the 2 environments" in text
+    one = {"scores": {"a": 1.0}, "step0": {"a": 1.0}}
+    assert report.margin_text(one, [one], []) == ""
     row = {"step0_environment": ["AMD EPYC", 1]}
     assert report._environment(row) == "AMD EPYC, 1 device"
     assert report._environment({"step0_environment": None}) == "–"
