@@ -191,6 +191,19 @@ def margin_text(
     )
 
 
+def selected_phase(step: int, phases: dict[str, Any] | None) -> str:
+    """Which phase of meta-training a selected checkpoint comes from (main_rule.md §1): the warm
+    start at step 0; for ELO (`phases` from `main_runs.phases`), imitation of the expert, the
+    ramp, or the learned optimizer alone; for PES, which has no phases, "PES"."""
+    if step == 0:
+        return "the warm start"
+    if phases is None:
+        return "PES"
+    if step < phases["imitation_until"]:
+        return "imitation"
+    return "ramp" if step < phases["alone_from"] else "alone"
+
+
 def _environment(row: dict[str, Any]) -> str:
     environment = row.get("step0_environment")
     if not environment:
@@ -285,10 +298,15 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{settings.MAIN_STEPS:,} outer steps each)."
         )
     else:
-        lines += ["| run | state | selected at step | its check |", "|---|---|---|---|"]
+        lines += [
+            "| run | state | selected at step | its phase | its check |",
+            "|---|---|---|---|---|",
+        ]
         for name, run in main_part["runs"].items():
+            step = run.get("best_validation_step")
+            phase = "–" if step is None else selected_phase(step, run["phases"])
             lines.append(
-                f"| {name} | {run['state']} | {run.get('best_validation_step', '–')} | "
+                f"| {name} | {run['state']} | {'–' if step is None else step} | {phase} | "
                 f"{_score(run.get('best_validation_score'))} |"
             )
         if main_part["curves"]:

@@ -7,6 +7,10 @@ from studies import common
 from studies.deployed_schedule import main_runs, pilot, report, settings
 
 
+# ELO's phases at 10,000 outer steps (`main_runs.phases`): imitation to 10%, alone from 40%.
+PHASES = {"imitation_until": 1000, "alone_from": 4000}
+
+
 def _segments(results, name, steps, commit="abc1234"):
     common.write_json(
         results / name / "segments.json",
@@ -56,7 +60,7 @@ def test_a_decided_pilot_and_finished_main_runs_give_the_choice_and_the_curves(t
     for seed, offset in ((0, 0.0), (1, 0.02)):
         for method in ("pes_celo2", "elo_celo2"):
             checks = [{"step": s, "score": 1.0 - s / 1e5 + offset} for s in steps]
-            phases = None if method == "pes_celo2" else {"alone_from": 4000}
+            phases = None if method == "pes_celo2" else PHASES
             meta = {
                 "checks": checks,
                 "best_validation_step": settings.MAIN_STEPS,
@@ -71,13 +75,14 @@ def test_a_decided_pilot_and_finished_main_runs_give_the_choice_and_the_curves(t
     assert [row["state"] for row in summary["pilot"]["stage2"]] == ["finished"] * 3
     runs = summary["main"]["runs"]
     assert runs["main/elo_celo2/s2"]["state"] == report.NOT_STARTED
-    assert runs["main/elo_celo2/s1"]["phases"] == {"alone_from": 4000}
+    assert runs["main/elo_celo2/s1"]["phases"] == PHASES
     point = summary["main"]["curves"]["pes_celo2"]["2000"]
     assert point["n"] == 2 and abs(point["mean"] - 0.99) < 1e-12
     assert point["ci95"] > 0
     text = report.markdown(summary)
     assert "Stage 1 chose 0.001" in text and "| 0.001 **(chosen)** |" in text
-    assert "| main/pes_celo2/s0 | finished | 10000 | 0.9000 |" in text
+    assert "| main/pes_celo2/s0 | finished | 10000 | PES | 0.9000 |" in text
+    assert "| main/elo_celo2/s0 | finished | 10000 | alone | 0.9000 |" in text
 
 
 def test_a_pilot_stopped_by_its_step_0_checks_is_reported_as_stopped(tmp_path):
@@ -118,3 +123,15 @@ def test_the_margin_is_given_beside_how_far_the_environments_move_the_warm_start
     row = {"step0_environment": ["AMD EPYC", 1]}
     assert report._environment(row) == "AMD EPYC, 1 device"
     assert report._environment({"step0_environment": None}) == "–"
+
+
+def test_a_selected_checkpoint_is_given_its_phase():
+    phases = PHASES
+    assert report.selected_phase(0, phases) == "the warm start"
+    assert report.selected_phase(0, None) == "the warm start"
+    assert report.selected_phase(500, phases) == "imitation"
+    assert report.selected_phase(1000, phases) == "ramp"
+    assert report.selected_phase(2000, phases) == "ramp"
+    assert report.selected_phase(4000, phases) == "alone"
+    assert report.selected_phase(10000, phases) == "alone"
+    assert report.selected_phase(2000, None) == "PES"
