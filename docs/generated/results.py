@@ -157,6 +157,10 @@ def deployed_verdict_text(deployed: dict[str, Any]) -> str:
     pilot has come, then what it chose and how far the main runs have come. Its verdicts come
     from the main runs' held-out evaluation, under `main_rule.md`."""
     pilot = deployed["pilot"]
+    _require(
+        not (ROOT / "studies/deployed_schedule/results/fresh_summary.json").is_file(),
+        "Under way: ...; the questions are judged on their held-out evaluation",
+    )
     if deployed["main"] is not None:
         decision = pilot["decision"]
         runs = deployed["main"]["runs"].values()

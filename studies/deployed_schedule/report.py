@@ -199,7 +199,11 @@ def selected_phase(step: int, phases: dict[str, Any] | None) -> str:
         return "the warm start"
     if phases is None:
         return "PES"
-    if step < phases["imitation_until"]:
+    # The check at step s follows the updates of outer steps 0..s-1, and `imitation_until` is
+    # the last outer step of full supervision (`elo.SupervisionSchedule.start`): the phase is
+    # the last update's. "alone" from `alone_from` on, as main_rule.md registers it (the update
+    # before that check is the ramp's last, at alpha = 1 - 1/ramp length).
+    if step - 1 <= phases["imitation_until"]:
         return "imitation"
     return "ramp" if step < phases["alone_from"] else "alone"
 

@@ -130,7 +130,9 @@ def test_a_selected_checkpoint_is_given_its_phase():
     assert report.selected_phase(0, phases) == "the warm start"
     assert report.selected_phase(0, None) == "the warm start"
     assert report.selected_phase(500, phases) == "imitation"
-    assert report.selected_phase(1000, phases) == "ramp"
+    assert report.selected_phase(1000, phases) == "imitation"  # after updates 0..999 only
+    assert report.selected_phase(1001, phases) == "imitation"  # update 1000: still imitation
+    assert report.selected_phase(1002, phases) == "ramp"
     assert report.selected_phase(2000, phases) == "ramp"
     assert report.selected_phase(4000, phases) == "alone"
     assert report.selected_phase(10000, phases) == "alone"
