@@ -141,13 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{main_runs.MAIN_RULE} is not committed as it is: it registers this evaluation "
             "(§2), so it is committed before any of its results."
         )
-    ship_decision = args.results_dir / ship_rule.DECISION
-    if not main_runs.committed_as_is(ship_decision):
-        raise SystemExit(
-            f"{ship_decision} is not committed as it is: the ship decision over the headline "
-            "cells comes first (`python -m studies.deployed_schedule ship-rule`, then commit "
-            "it), so that no held-out result exists when it is made (main_rule.md §4)."
-        )
+    ship_rule.require_committed_decision(args.results_dir)
     run(args.results_dir, args.checkpoint)
     return 0
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from studies import common
-from studies.deployed_schedule import fresh, main_runs, settings, ship_rule
+from studies.deployed_schedule import fresh, settings, ship_rule
 from studies.fresh_cells import settings as fresh_settings
 
 
@@ -273,13 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    ship_decision = args.results_dir / ship_rule.DECISION
-    if not main_runs.committed_as_is(ship_decision):
-        raise SystemExit(
-            f"{ship_decision} is not committed as it is: run `python -m "
-            "studies.deployed_schedule ship-rule` and commit its decision before the held-out "
-            "results are read (main_rule.md §4)."
-        )
+    ship_rule.require_committed_decision(args.results_dir)
     summary = summarise(args.results_dir)
     common.write_json(args.results_dir / "fresh_summary.json", summary)
     (args.results_dir / "fresh_summary.md").write_text(markdown(summary))

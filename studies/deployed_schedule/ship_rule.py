@@ -14,7 +14,7 @@ refuses while any candidate lacks a cell.
 import argparse
 from pathlib import Path
 
-from studies.deployed_schedule import settings
+from studies.deployed_schedule import main_runs, settings
 from studies.fresh_cells import settings as fresh_settings, ship_rule
 
 
@@ -38,6 +38,19 @@ def judge(results: Path = RESULTS, evaluation: Path = ship_rule.EVALUATION) -> d
     """Ship rule v2's decision over the old candidates and this study's."""
     new = new_candidates(results)
     return ship_rule.judge(evaluation, (*fresh_settings.SHIP_CANDIDATES, *new), new)
+
+
+def require_committed_decision(results: Path) -> None:
+    """Stop unless the ship decision (`results/ship_rule.json`) is committed as it is: the
+    held-out evaluation and its report wait for it, so that what ships is decided before any
+    held-out result exists (main_rule.md §4)."""
+    decision = results / DECISION
+    if not main_runs.committed_as_is(decision):
+        raise SystemExit(
+            f"{decision} is not committed as it is: run `python -m studies.deployed_schedule "
+            "ship-rule` and commit its decision first, so that no held-out result exists when "
+            "what ships is decided (main_rule.md §4)."
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
