@@ -1,13 +1,15 @@
 """Refactors keep the numerics: short golden runs reproduce their recorded results.
 
-Bit for bit on a CPU with the recording machine's feature flags; on another CPU, XLA vectorises
-differently and sums in another order, so the runs agree only to float reassociation: measured at
-most 1.5e-5 of an array's largest magnitude after 30 outer steps (AVX-512 against AVX2 code and
-against another machine's recording), checked at 1e-4. Integer metrics (resets, resumes, inner
-steps) must match exactly everywhere.
+Bit for bit on a CPU that has a recording (one per kind of machine CI runs on: XLA vectorises
+for the CPU's features, which fixes its summation order). A CPU without one is compared with every
+recording made with this JAX: integer metrics (resets, resumes, inner steps) exactly, floats only
+to float reassociation, and only for the runs that stay within it. The ELO run does not: PES's
+antithetic estimate divides a difference of two nearly equal losses by σ², so at outer step 9 a
+relative 5.8e-6 in the meta-loss became 6.2e-4 in the meta-gradient's norm; after 30 outer steps,
+7.3e-4 of weight_1's
+scale separates the AMD EPYC and Intel Xeon recordings, against at most 5.1e-6 for the PES and
+curriculum runs.
 """
-
-import json
 
 import jax
 import jaxlib
@@ -17,28 +19,57 @@ import pytest
 from tests.golden import runs
 
 
-RECORDED = json.loads((runs.HERE / "versions.json").read_text())
-SAME_CPU = runs.cpu()["cpu_flags_sha256"] == RECORDED.get("cpu_flags_sha256")
+THIS_CPU = runs.cpu()["cpu_flags_sha256"]
+SAME_JAX = [
+    (folder, versions)
+    for folder, versions in runs.recorded()
+    if (versions["jax"], versions["jaxlib"]) == (jax.__version__, jaxlib.__version__)
+]
 CROSS_CPU_TOLERANCE = 1e-4  # of each array's largest magnitude
+STABLE_ACROSS_CPUS = ("pes_small_fc", "cl_small_fc")
+
+
+def _recording(folder, name) -> dict[str, np.ndarray]:
+    return dict(np.load(folder / f"{name}.npz"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(runs.CONFIGS))
 def test_golden_run_reproduces_recording(name):
-    if (jax.__version__, jaxlib.__version__) != (RECORDED["jax"], RECORDED["jaxlib"]):
+    if not SAME_JAX:
+        recorded_with = sorted({versions["jax"] for _, versions in runs.recorded()})
         pytest.skip(
-            f"golden runs were recorded with jax {RECORDED['jax']}; bit-identity across XLA "
-            "versions is not expected (re-record with tests/golden/record.py)"
+            f"the golden runs were recorded with jax {recorded_with}, not {jax.__version__}; "
+            "bit-identity across XLA versions is not expected "
+            "(re-record with tests/golden/record.py)"
         )
-    expected = dict(np.load(runs.HERE / f"{name}.npz"))
     got = runs.run(name)
-    assert sorted(got) == sorted(expected)
-    for key, value in expected.items():
-        message = f"{name}: {key}"
-        if SAME_CPU or not np.issubdtype(value.dtype, np.floating):
-            np.testing.assert_array_equal(got[key], value, err_msg=message)
-        else:
-            scale = float(np.abs(value).max())
-            np.testing.assert_allclose(
-                got[key], value, rtol=0, atol=CROSS_CPU_TOLERANCE * scale, err_msg=message
-            )
+    mine = [folder for folder, versions in SAME_JAX if versions["cpu_flags_sha256"] == THIS_CPU]
+    if mine:
+        expected = _recording(mine[0], name)
+        assert sorted(got) == sorted(expected)
+        for key, value in expected.items():
+            np.testing.assert_array_equal(got[key], value, err_msg=f"{name}: {key}")
+        return
+    for folder, versions in SAME_JAX:
+        expected = _recording(folder, name)
+        assert sorted(got) == sorted(expected)
+        for key, value in expected.items():
+            message = f"{name}: {key} against the recording on {versions['cpu_model']}"
+            if not np.issubdtype(value.dtype, np.floating):
+                np.testing.assert_array_equal(got[key], value, err_msg=message)
+            elif name in STABLE_ACROSS_CPUS:
+                scale = float(np.abs(value).max())
+                np.testing.assert_allclose(
+                    got[key], value, rtol=0, atol=CROSS_CPU_TOLERANCE * scale, err_msg=message
+                )
+
+
+def test_every_recording_holds_every_run_and_names_its_cpu():
+    recordings = runs.recorded()
+    assert recordings, "no golden recordings: run tests/golden/record.py"
+    for folder, versions in recordings:
+        assert folder == runs.recording_dir(versions["cpu_flags_sha256"])
+        assert {"jax", "jaxlib", "cpu_model"} <= set(versions)
+        for name in runs.CONFIGS:
+            assert (folder / f"{name}.npz").exists(), f"{folder} lacks {name}"

@@ -1,11 +1,12 @@
 """Golden runs: short meta-training runs whose exact results pin the engine's numerics.
 
-`python tests/golden/record.py` (from the repository root) records them into `tests/golden/*.npz`;
-`tests/test_golden.py` replays them and requires bit-identical learned-optimizer weights and
-metrics on a CPU with the recording machine's instruction set (XLA's CPU code generator picks its
-vector width and hence its summation order from the CPU's features, so other CPUs agree only to
-float reassociation). Re-record only when a change is *meant* to alter the numerics, and say so in
-the commit.
+`python tests/golden/record.py` (from the repository root) records them for this machine's CPU into
+`tests/golden/recordings/<digest of its feature flags>/`; `tests/test_golden.py` replays them and
+requires bit-identical learned-optimizer weights and metrics on a CPU that has a recording (XLA's
+CPU code generator picks its vector width and hence its summation order from the CPU's features,
+so other CPUs agree only to float reassociation, and PES amplifies that: see the test). Record on
+every kind of machine CI runs on. Re-record (every recording) only when a change is *meant* to
+alter the numerics, and say so in the commit.
 """
 
 import hashlib
@@ -22,6 +23,7 @@ import elo
 
 
 HERE = Path(__file__).parent
+RECORDINGS = HERE / "recordings"
 STEPS = 30
 _SMALL = dict(
     tasks=("mlp-w32-d1_mnist-8x8x1",),
@@ -110,8 +112,25 @@ def cpu() -> dict[str, str]:
     }
 
 
+def recording_dir(cpu_flags_sha256: str) -> Path:
+    """Where the recording made on a CPU with these feature flags lives."""
+    return RECORDINGS / cpu_flags_sha256[:16]
+
+
+def recorded() -> list[tuple[Path, dict[str, str]]]:
+    """Every recording: its folder and the versions and CPU it was made with."""
+    return [
+        (folder, json.loads((folder / "versions.json").read_text()))
+        for folder in sorted(RECORDINGS.iterdir())
+        if (folder / "versions.json").exists()
+    ]
+
+
 def main() -> None:
+    made_with = versions()
+    folder = recording_dir(made_with["cpu_flags_sha256"])
+    folder.mkdir(parents=True, exist_ok=True)
     for name in CONFIGS:
-        np.savez(HERE / f"{name}.npz", **run(name))
-        print("recorded", name)
-    (HERE / "versions.json").write_text(json.dumps(versions(), indent=2) + "\n")
+        np.savez(folder / f"{name}.npz", **run(name))
+        print("recorded", name, "in", folder)
+    (folder / "versions.json").write_text(json.dumps(made_with, indent=2) + "\n")
