@@ -1,17 +1,18 @@
 """Golden runs: short meta-training runs whose exact results pin the engine's numerics.
 
-`python tests/golden/record.py` (from the repository root) records them for this machine's CPU into
-`tests/golden/recordings/<digest of its feature flags>/`; `tests/test_golden.py` replays them and
-requires bit-identical learned-optimizer weights and metrics on a CPU that has a recording (XLA's
-CPU code generator picks its vector width and hence its summation order from the CPU's features,
-so other CPUs agree only to float reassociation, and PES amplifies that: see the test). Record on
-every kind of machine CI runs on. Re-record (every recording) only when a change is *meant* to
-alter the numerics, and say so in the commit.
+`python tests/golden/record.py` (from the repository root) records them for this machine's CPU
+into `tests/golden/recordings/<first 16 hex digits of its feature flags' digest>/`;
+`tests/test_golden.py` replays them and requires bit-identical learned-optimizer weights and
+metrics on a CPU that has a recording (XLA's CPU code generator picks its vector width and hence
+its summation order from the CPU's features, so other CPUs agree only to float reassociation, and
+the ELO run amplifies that: see the test). Record on every kind of machine CI runs on. Re-record
+(every recording) only when a change is *meant* to alter the numerics, and say so in the commit.
 """
 
 import hashlib
 import json
 import platform
+import subprocess
 from pathlib import Path
 
 import equinox as eqx
@@ -127,7 +128,13 @@ def recorded() -> list[tuple[Path, dict[str, str]]]:
 
 
 def main() -> None:
-    made_with = versions()
+    """Record every golden run on this CPU, with the versions and code commit it was made with."""
+    made_with = {
+        **versions(),
+        "code_commit": subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=HERE
+        ).stdout.strip(),
+    }
     folder = recording_dir(made_with["cpu_flags_sha256"])
     folder.mkdir(parents=True, exist_ok=True)
     for name in CONFIGS:
