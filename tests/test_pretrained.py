@@ -66,7 +66,8 @@ CELO2_NAME = "celo2"
 
 @pytest.mark.slow
 def test_the_shipped_celo2_carries_its_schedule_and_trains_a_held_out_task():
-    """The shipped Celo2 (ship rule v2's winner, `studies/fresh_cells/ship.py`): its record names
+    """The shipped Celo2 (ship rule v2's winner, `studies/fresh_cells/ship.py`, or
+    `studies/deployed_schedule/ship.py` when one of that study's runs wins): its record names
     the schedule it ships with, the weights carry it, and on a task it never saw (a Fashion-MNIST
     MLP wider than its meta-training ones) it trains at its default step."""
     record = elo.available_pretrained()[CELO2_NAME]

@@ -23,12 +23,13 @@ from typing import Any
 
 from studies import common
 from studies.celo2_headline import decayed_report, settings
+from studies.harness.ship import ROOT
 
 
 HERE = Path(__file__).parent
 # The package's shipped optimizers (`<name>.json` beside `<name>.eqx`), read as files so that the
 # report does not import `elo`: a name shipped but not yet evaluated is listed as pending.
-PRETRAINED = HERE.parents[1] / "elo" / "pretrained"
+PRETRAINED = ROOT / "elo" / "pretrained"
 DEFAULT_TOLERANCE = settings.DEFAULT_TOLERANCE
 PENDING = settings.PENDING
 _f = common.fmt_value
@@ -139,16 +140,18 @@ def _adamw_by_cell(cells: dict[str, dict[str, Any]]) -> dict[str, float | None]:
 
 def candidate_source(
     evaluation: Path, name: str
-) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]]] | None:
+) -> tuple[str, Path, dict[str, Any], dict[str, dict[str, Any]]] | None:
     """Where a shipped optimizer chosen by ship rule v2 (`studies/fresh_cells/rule.md` §3) has
     its headline results, when `evaluate.py shipped` never made any for it: its record names
     the candidate it ships (`candidate`, e.g. `pes_celo2/s0`), the step schedule it ships
     with, and each headline cell's tuned result (`evaluation.headline_cells`, written from the
     candidate's decayed evaluation when it shipped). Those results carry no digest of the
     weights, so what ties them to the package's weights is the record: a result counts only
-    with the record's schedule and the record's numbers for its cell. Returns the folder
-    (`decayed/<candidate>/best`, relative to `evaluation`), the schedule and the record's
-    cells; None for an optimizer with results of its own or no candidate."""
+    with the record's schedule and the record's numbers for its cell. Returns the folder's name
+    as the report gives it and its path (`decayed/<candidate>/best` under `evaluation`; for a
+    record shipped by another study, the folder it names, `headline_results`, relative to the
+    repository), the schedule and the record's cells; None for an optimizer with results of
+    its own or no candidate."""
     record = PRETRAINED / f"{name}.json"
     if (evaluation / "shipped" / name).is_dir() or not record.is_file():
         return None
@@ -157,7 +160,12 @@ def candidate_source(
     if not candidate or not isinstance(schedule, dict):
         return None
     recorded = data.get("evaluation", {}).get("headline_cells", {})
-    return f"decayed/{candidate}/best", schedule.get("hyperparameters", {}), recorded
+    hyperparameters = schedule.get("hyperparameters", {})
+    # Another study's candidate (studies/deployed_schedule ships one) names its results' folder.
+    if data.get("headline_results"):
+        return data["headline_results"], ROOT / data["headline_results"], hyperparameters, recorded
+    folder = f"decayed/{candidate}/best"
+    return folder, evaluation / folder, hyperparameters, recorded
 
 
 def summarise(evaluation: Path, cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -172,11 +180,9 @@ def summarise(evaluation: Path, cells: dict[str, dict[str, Any]]) -> dict[str, A
             entry = shipped_optimizer(evaluation / "shipped" / name, adamw, weights_digest(name))
             out[name] = entry | {"source": f"shipped/{name}"}
         else:
-            folder, schedule, recorded = source
-            entry = shipped_optimizer(
-                evaluation / folder, adamw, schedule=schedule, recorded=recorded
-            )
-            out[name] = entry | {"source": folder}
+            label, folder, schedule, recorded = source
+            entry = shipped_optimizer(folder, adamw, schedule=schedule, recorded=recorded)
+            out[name] = entry | {"source": label}
     return out
 
 

@@ -18,6 +18,9 @@ COMMANDS = {
     "ship-rule": Command(
         "studies.deployed_schedule.ship_rule", "ship rule v2 over old and new checkpoints (§4)"
     ),
+    "ship": Command(
+        "studies.deployed_schedule.ship", "write a new winner's celo2 files, or say none won (§4)"
+    ),
     "step0-check": Command(
         "studies.deployed_schedule.step0_check", "the warm start's step-0 check here, on N devices"
     ),

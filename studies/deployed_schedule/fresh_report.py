@@ -15,7 +15,8 @@ once every cell has every checkpoint's result and AdamW's; until then it is "pen
 It reads nothing before the ship decision over the headline cells (`results/ship_rule.json`,
 `main_rule.md` §4) is committed as it is, so that no held-out result can decide what ships; and
 it reads the shipped `celo2`'s results only for the weights it had when the rule was written
-(`settings.MARKS_CELO2_SHA256`).
+(`settings.MARKS_CELO2_SHA256`). It states that decision too: the winner, and whether it ships
+as `celo2` or nothing new won.
 """
 
 import argparse
@@ -198,6 +199,29 @@ def q3(cells: dict[str, Any], complete: bool) -> dict[str, Any]:
     }
 
 
+def ship_decision(results: Path) -> dict[str, Any] | None:
+    """Ship rule v2's decision over the old and the new checkpoints (`ship_rule.json`, §4),
+    as the report states it: the winner, its count, and whether it is one of this study's runs
+    (then it ships as `celo2`) or nothing new won (`celo2` stays); None before it exists."""
+    path = results / ship_rule.DECISION
+    if not path.is_file():
+        return None
+    decision = common.load_json(path)
+    winner = decision["winner"]
+    new = winner in ship_rule.new_candidates(results)
+    row = decision["candidates"][winner]
+    return {
+        "winner": winner,
+        "new": new,
+        "at_or_below": row["at_or_below"],
+        "cells": decision["cells"],
+        "geomean_ratio": row["geomean_ratio"],
+        "statement": f"{winner} ships as celo2"
+        if new
+        else f"nothing new won: {winner} wins again and celo2 stays",
+    }
+
+
 def summarise(results: Path = RESULTS) -> dict[str, Any]:
     cells = {cell_key(t, h): cell_rows(results, t, h) for t, h in fresh.held_out_cells()}
     missing = [
@@ -213,6 +237,7 @@ def summarise(results: Path = RESULTS) -> dict[str, Any]:
         "h2": h2(cells, complete),
         "q3": q3(cells, complete),
         "missing": missing,
+        "ship": ship_decision(results),
         "producers": common.commit_counts(
             common.load_json(p) for p in sorted((results / "fresh").rglob("*@*.json"))
         ),
@@ -225,6 +250,16 @@ def _ratio(r: dict[str, Any] | None, seeds: int) -> str:
     half = "" if r["ci95"] is None else f" ± {r['ci95']:.3f}"
     partial = "" if seeds == len(settings.MAIN_SEEDS) else f" ({seeds} of 3 seeds)"
     return f"{r['mean']:.3f}×{half}{partial}"
+
+
+def _ship_line(ship: dict[str, Any] | None) -> str:
+    if ship is None:
+        return "**Ship (main_rule.md §4):** not decided yet."
+    return (
+        f"**Ship (main_rule.md §4, validation only):** {ship['statement']} (at or below tuned "
+        f"AdamW on {ship['at_or_below']} of {ship['cells']} headline cells, geometric-mean "
+        f"ratio {ship['geomean_ratio']:.3f})."
+    )
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -243,6 +278,8 @@ def markdown(summary: dict[str, Any]) -> str:
         f"**Q3 ({three['answer']}):** the deployed-schedule PES arm lower than the constant-step "
         f"arm on {len(three['lower'])} of {len(summary['cells'])} cells (yes at "
         f"{three['yes_at_least']} or more, no at {three['no_at_most']} or fewer).",
+        "",
+        _ship_line(summary["ship"]),
         "",
         "Per-seed test-loss ratio to tuned AdamW (mean ± 95% half-width over the three seeds):",
         "",

@@ -139,11 +139,34 @@ def test_the_report_reads_nothing_before_the_ship_decision_is_committed(tmp_path
     with pytest.raises(SystemExit, match="ship_rule.json is not committed as it is"):
         fresh_report.main(["--results-dir", str(tmp_path)])  # missing
     git("init", "-q")
-    common.write_json(tmp_path / ship_rule.DECISION, {"winner": "pes_celo2/s0"})
+    row = {"at_or_below": 10, "geomean_ratio": 0.986}
+    decision = {"winner": "pes_celo2/s0", "cells": 14, "candidates": {"pes_celo2/s0": row}}
+    common.write_json(tmp_path / ship_rule.DECISION, decision)
     with pytest.raises(SystemExit, match="ship_rule.json is not committed as it is"):
         fresh_report.main(["--results-dir", str(tmp_path)])  # written, not committed
     assert not (tmp_path / "fresh_summary.json").exists()
     git("add", ship_rule.DECISION)
     git("-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "decision")
     assert fresh_report.main(["--results-dir", str(tmp_path)]) == 0
-    assert common.load_json(tmp_path / "fresh_summary.json")["missing"]  # no results: pending
+    made = common.load_json(tmp_path / "fresh_summary.json")
+    assert made["missing"]  # no results: pending
+    assert made["ship"]["statement"] == "nothing new won: pes_celo2/s0 wins again and celo2 stays"
+
+
+@pytest.mark.parametrize("winner", ["pes_celo2/s0", "deployed/elo_celo2/s1"])
+def test_the_report_says_what_the_ship_decision_was(tmp_path, monkeypatch, winner):
+    same = lambda key, seed: (0.5, False)  # noqa: E731
+    summary = _write(tmp_path, monkeypatch, _arms(same, same, same))
+    assert summary["ship"] is None
+    assert "**Ship (main_rule.md §4):** not decided yet." in fresh_report.markdown(summary)
+    row = {"at_or_below": 11, "geomean_ratio": 0.9712}
+    decision = {"winner": winner, "cells": 14, "candidates": {winner: row}}
+    common.write_json(tmp_path / ship_rule.DECISION, decision)
+    summary = fresh_report.summarise(tmp_path)
+    text = fresh_report.markdown(summary)
+    if winner.startswith("deployed/"):
+        assert summary["ship"]["new"] and f"{winner} ships as celo2 (at or below" in text
+    else:
+        assert not summary["ship"]["new"]
+        assert "nothing new won: pes_celo2/s0 wins again and celo2 stays" in text
+    assert "11 of 14 headline cells, geometric-mean ratio 0.971" in text

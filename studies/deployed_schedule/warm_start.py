@@ -40,12 +40,12 @@ def choose(headline_results: Path) -> dict[str, Any]:
         )
     path = checkpoint_path(headline_results, decision["winner"])
     return decision | {
-        "checkpoint": _repository_path(path),
+        "checkpoint": repository_path(path),
         "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
     }
 
 
-def _repository_path(path: Path) -> str:
+def repository_path(path: Path) -> str:
     """`path` relative to the repository when it is inside it (the record holds on any
     clone), else as given."""
     try:

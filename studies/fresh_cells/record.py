@@ -8,11 +8,14 @@ committed results:
 
 - `headline_cells`: the 14 headline cells with the warm-up + cosine step, the results ship
   rule v2 read (`rule.md` §3): tuned validation loss (which chose) and test loss (reported),
-  beside tuned AdamW's;
+  beside tuned AdamW's; for a `celo2` shipped by another study (its record's
+  `headline_results` names the folder), from that folder;
 - `fresh_cells`: the fresh cells' rows of the report (`results/summary.json`) where this
   optimizer has a result, once every fresh cell has AdamW's (the verdict's reference); until
   then, a status. `pending` names the cells still without this optimizer's result; Muon's
-  figures are `null` on a cell without its result, and `muon_pending` names those cells.
+  figures are `null` on a cell without its result, and `muon_pending` names those cells. A
+  `celo2` shipped by another study keeps its record's table: this study never evaluated its
+  weights on the fresh cells (`studies/deployed_schedule` does).
 
 Like `ship`, it never writes into the package: shipping the records is a reviewed
 `cp studies/fresh_cells/results/records/<name>.json elo/pretrained/` (the weights do not
@@ -28,6 +31,7 @@ from studies import common
 from studies.celo2_headline.shipped_report import PRETRAINED
 from studies.fresh_cells import report, ship, ship_rule
 from studies.harness.provenance import installed_weights_sha256
+from studies.harness.ship import ROOT
 
 
 NAMES = ("celo2", ship.PUBLISHED)
@@ -95,15 +99,18 @@ def record(
     """The installed record of `name` with its evaluation tables made from the results."""
     installed = json.loads((package / f"{name}.json").read_text())
     candidate = installed.get("candidate", name)  # celo2 names the main run it came from
-    ship.made_as_judged(candidate, evaluation)
-    fresh = (
-        {"status": "evaluated as celo2, which ships the same weights (see its record)"}
-        if same_weights_as_celo2(name)
-        else fresh_rows(summary, name)
-    )
+    # Another study's candidate (studies/deployed_schedule ships one) names its results' folder.
+    folder = ROOT / installed["headline_results"] if installed.get("headline_results") else None
+    ship.made_as_judged(candidate, evaluation, folder)
+    if folder is not None:  # this study never evaluated those weights on its fresh cells
+        fresh = installed["evaluation"]["fresh_cells"]
+    elif same_weights_as_celo2(name):
+        fresh = {"status": "evaluated as celo2, which ships the same weights (see its record)"}
+    else:
+        fresh = fresh_rows(summary, name)
     return installed | {
         "evaluation": {
-            "headline_cells": ship.headline_rows(candidate, evaluation),
+            "headline_cells": ship.headline_rows(candidate, evaluation, folder),
             "fresh_cells": fresh,
         }
     }

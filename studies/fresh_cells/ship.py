@@ -89,12 +89,14 @@ def winner_source(winner: str, headline_results: Path) -> tuple[elo.Celo2, dict[
     return lo.with_hyperparameters(**SCHEDULE), source
 
 
-def made_as_judged(winner: str, evaluation: Path) -> None:
+def made_as_judged(winner: str, evaluation: Path, folder: Path | None = None) -> None:
     """Refuse unless every headline result the rule read for `winner` was made with the weights
     and schedule shipped now: the published Celo2's results record the installed weights'
-    sha256, a main run's results the decayed schedule `SCHEDULE`."""
+    sha256, a main run's results the decayed schedule `SCHEDULE`. `folder`: where the winner's
+    results are when they are not under `evaluation` (another study's checkpoint)."""
+    folder = folder or ship_rule.candidate_dir(evaluation, winner)
     for task, horizon in headline.cells():
-        path = ship_rule.candidate_dir(evaluation, winner) / f"{task}@{horizon}.json"
+        path = folder / f"{task}@{horizon}.json"
         result = common.load_json(path)
         if winner == PUBLISHED:
             made_with, shipped = result.get("weights_sha256"), installed_weights_sha256(PUBLISHED)
@@ -107,13 +109,17 @@ def made_as_judged(winner: str, evaluation: Path) -> None:
             )
 
 
-def headline_rows(winner: str, evaluation: Path) -> dict[str, dict[str, Any]]:
+def headline_rows(
+    winner: str, evaluation: Path, folder: Path | None = None
+) -> dict[str, dict[str, Any]]:
     """The winner and tuned AdamW on each headline cell (the decayed-schedule results the rule
-    read): tuned validation losses (which chose), test losses (reported) and the multiplier."""
+    read): tuned validation losses (which chose), test losses (reported) and the multiplier.
+    `folder`: where the winner's results are when they are not under `evaluation`."""
+    folder = folder or ship_rule.candidate_dir(evaluation, winner)
     rows = {}
     for task, horizon in headline.cells():
         cell = f"{task}@{horizon}.json"
-        mine = common.load_json(ship_rule.candidate_dir(evaluation, winner) / cell)
+        mine = common.load_json(folder / cell)
         adamw = common.load_json(evaluation / "baselines" / "adamw" / cell)
         chosen = mine["sweep"][mine["selected"]]
         rows[cell.removesuffix(".json")] = {
