@@ -231,9 +231,7 @@ def ship(
             "shipped_at_commit": common.git_commit(),
         }
     )
-    out.mkdir(parents=True, exist_ok=True)
-    elo.save_optimizer(out / "celo2.eqx", lo)
-    common.write_json(out / "celo2.json", record)
+    fresh_ship.write_shipped(out, lo, record)
     return record
 
 

@@ -193,10 +193,16 @@ def ship(decision_path: Path, evaluation: Path, headline_results: Path, out: Pat
             "shipped_at_commit": common.git_commit(),
         }
     )
+    write_shipped(out, lo, record)
+    return record
+
+
+def write_shipped(out: Path, lo: elo.Celo2, record: dict[str, Any]) -> None:
+    """`out/celo2.eqx` (the weights) and `out/celo2.json` (their record), as `elo/pretrained/`
+    holds them."""
     out.mkdir(parents=True, exist_ok=True)
     elo.save_optimizer(out / "celo2.eqx", lo)
     common.write_json(out / "celo2.json", record)
-    return record
 
 
 def main(argv: list[str] | None = None) -> int:
