@@ -419,12 +419,15 @@ def run_decayed(
         (f"{run.parent.name}/{run.name}/best", run / "best_optimizer.eqx")
         for run in main_runs(results, settings.CELO2_ARMS, only_runs)
     ]
-    items = [(name, decayed(elo.load_optimizer(path))) for name, path in runs]
+    # Two runs that select the same checkpoint (two seeds both best at a shared warm start)
+    # are tuned once; the other gets the result, copied (`without_twins`).
+    items, twins = without_twins([(name, decayed(elo.load_optimizer(path))) for name, path in runs])
     for task, horizon in cells(only):
         for name, lo in items:
             path = out / "decayed" / name / f"{task}@{horizon}.json"
             required = {"lo_schedule": dict(settings.DECAYED_SCHEDULE)}
             tune_cached(path, lo, task, horizon, required=required)
+        copy_to_twins(out / "decayed", twins, [(task, horizon)])
 
 
 def long_horizon_checkpoints(only_runs: Sequence[str] | None) -> list[tuple[str, int]]:

@@ -536,9 +536,16 @@ def test_decayed_tunes_each_celo2_runs_selected_checkpoint_with_the_decayed_step
 
     for arm in ("pes_celo2", "elo_celo2", "pes_small_fc"):
         common.write_json(tmp_path / "main" / arm / "s1" / "meta.json", {})
-    celo2 = elo.Celo2(key=jax.random.key(0))
+    # Each run its own weights (equal ones would be twins, tuned once).
+    checkpoints = {
+        arm: elo.Celo2(key=jax.random.key(i)) for i, arm in enumerate(("pes_celo2", "elo_celo2"))
+    }
     loaded = []
-    monkeypatch.setattr(evaluate.elo, "load_optimizer", lambda path: loaded.append(path) or celo2)
+    monkeypatch.setattr(
+        evaluate.elo,
+        "load_optimizer",
+        lambda path: loaded.append(path) or checkpoints[path.parent.parent.name],
+    )
     tuned = []
     monkeypatch.setattr(
         evaluate, "tune_cached", lambda path, lo, *_, **kw: tuned.append((path, lo, kw))
@@ -552,9 +559,10 @@ def test_decayed_tunes_each_celo2_runs_selected_checkpoint_with_the_decayed_step
         Path(f"elo_celo2/s1/best/{task}@2000.json"),
         Path(f"pes_celo2/s1/best/{task}@2000.json"),
     ]
-    for _, lo, kw in tuned:
+    for path, lo, kw in tuned:
         assert (lo.init_lr, lo.end_lr, lo.warmup_fraction) == (0.0, 0.0, 0.05)
-        assert lo.w0 is celo2.w0  # the checkpoint's weights, unchanged
+        arm = path.parents[2].name
+        assert lo.w0 is checkpoints[arm].w0  # the checkpoint's weights, unchanged
         assert kw == {"required": {"lo_schedule": settings.DECAYED_SCHEDULE}}
     with pytest.raises(SystemExit, match="Celo2 checkpoints"):
         evaluate.decayed(elo.SmallFC(key=jax.random.key(0)))

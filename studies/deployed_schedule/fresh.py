@@ -16,9 +16,12 @@ One result file per (checkpoint, cell): `results/fresh/<checkpoint>/<task>@<hori
 the fresh cells' format (`studies.fresh_cells.evaluate.summarise`), recording the checkpoint
 and its SHA-256: a result made from other weights is set aside and made again. Each value is
 kept as it finishes (`elo.TuningCache` under `runs/tuning_cache/fresh/`), so a stopped driver
-resumes within a cell. Refuses to start until `main_rule.md`, which registers this
-evaluation, and then the ship decision (`results/ship_rule.json`, §4) are committed as they are:
-what ships is decided before any held-out result exists.
+resumes within a cell. A checkpoint whose file is byte-identical to an earlier one's (two
+seeds that both selected the shared warm start) is tuned once: the later one's results are the
+earlier one's, copied, naming it in `copied_from` (`twins`; tuning is deterministic). Refuses
+to start until `main_rule.md`, which registers this evaluation, and then the ship decision
+(`results/ship_rule.json`, §4) are committed as they are: what ships is decided before any
+held-out result exists.
 """
 
 import argparse
@@ -104,6 +107,34 @@ def evaluate_cell(results: Path, name: str, checkpoint: Path, task_name: str, ho
         shutil.rmtree(values, ignore_errors=True)  # the cell is written: its values are done
 
 
+def twins(every: dict[str, Path]) -> dict[str, str]:
+    """Each checkpoint of `every` whose file is byte-identical to an earlier one's, mapped to the
+    first of them (files not written yet are nobody's twin)."""
+    first_by_digest: dict[str, str] = {}
+    copies: dict[str, str] = {}
+    for name, checkpoint in every.items():
+        if not checkpoint.is_file():
+            continue
+        digest = file_sha256(checkpoint)
+        if digest in first_by_digest:
+            copies[name] = first_by_digest[digest]
+        else:
+            first_by_digest[digest] = name
+    return copies
+
+
+def copy_from_twin(results: Path, name: str, source: str, task_name: str, horizon: int) -> None:
+    """The result of checkpoint `name` on one cell as a copy of its twin `source`'s, marked
+    `copied_from`, once that exists; never overwrites."""
+    cell = f"{task_name}@{horizon}.json"
+    origin, target = results / "fresh" / source / cell, results / "fresh" / name / cell
+    if not origin.is_file() or target.is_file():
+        return
+    copied = common.load_json(origin) | {"checkpoint": name, "copied_from": f"{source}/{cell}"}
+    common.write_json(target, copied)
+    log(f"{name} {task_name}@{horizon}: the same weights as {source}, copied")
+
+
 def chosen(names: Sequence[str] | None, every: dict[str, Path]) -> dict[str, Path]:
     """The checkpoints `--checkpoint` names (every one without it), refusing an unknown name."""
     if not names:
@@ -118,14 +149,25 @@ def chosen(names: Sequence[str] | None, every: dict[str, Path]) -> dict[str, Pat
 
 def run(results: Path, names: Sequence[str] | None = None) -> None:
     """Every chosen checkpoint on every cell of `held_out_cells`, checkpoint by checkpoint; a
-    checkpoint whose file does not exist yet (its run not summarised) is skipped, said so."""
-    for name, checkpoint in chosen(names, checkpoints(results)).items():
+    checkpoint whose file does not exist yet (its run not summarised) is skipped, said so. A
+    twin (`twins`) copies its results from the checkpoint it equals, at its turn and again at
+    the end (another driver may have been tuning them meanwhile)."""
+    every = checkpoints(results)
+    copies = twins(every)
+    selected = chosen(names, every)
+    for name, checkpoint in selected.items():
         # A run is summarised once its meta.json is written, last (`main_runs.summarise`).
         if not (checkpoint.parent / "meta.json").is_file():
             log(f"{name}: its main run is not summarised yet (no meta.json); skipped")
             continue
         for task_name, horizon in held_out_cells():
-            evaluate_cell(results, name, checkpoint, task_name, horizon)
+            if name in copies:
+                copy_from_twin(results, name, copies[name], task_name, horizon)
+            else:
+                evaluate_cell(results, name, checkpoint, task_name, horizon)
+    for name in [n for n in selected if n in copies]:
+        for task_name, horizon in held_out_cells():
+            copy_from_twin(results, name, copies[name], task_name, horizon)
 
 
 def main(argv: list[str] | None = None) -> int:

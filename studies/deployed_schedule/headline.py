@@ -9,7 +9,10 @@ multipliers over [0.1, 10], 3 evaluation seeds, choice on validation, the warm-u
 step, which this study's checkpoints already carry), into `results/evaluation/decayed/<method>/
 s<seed>/best/`, each value kept as it finishes under `runs/tuning_cache/headline/` (this
 study's, so that no value of the headline study's own checkpoints is ever met). A run that is
-not summarised yet is not among them. Refuses to start until `main_rule.md`, which registers
+not summarised yet is not among them. Two runs whose selected checkpoints are the same
+optimizer (PES-Celo2 seeds 1 and 2 both selected the shared warm start) are tuned once, the
+second's results copied and marked `copied_from` (`evaluate.without_twins`). Two drivers can
+share the work (a lock per result). Refuses to start until `main_rule.md`, which registers
 it, is committed as it is.
 """
 

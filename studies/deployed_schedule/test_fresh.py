@@ -111,3 +111,39 @@ def test_nothing_runs_before_the_ship_decision_is_committed(tmp_path, monkeypatc
     monkeypatch.setattr(fresh, "run", lambda *a: calls.append(a))
     assert fresh.main(["--results-dir", str(tmp_path)]) == 0
     assert calls == [(tmp_path, None)]
+
+
+def test_a_checkpoint_equal_to_an_earlier_one_gets_its_results_copied(tmp_path, monkeypatch):
+    # PES-Celo2 seeds 1 and 2 both selected the shared warm start: one tuning serves both.
+    monkeypatch.setattr(fresh, "HEADLINE_MAIN", tmp_path / "headline")
+    cell = ("mlp-w8-d1_mnist-8x8x1", 20)
+    monkeypatch.setattr(fresh, "held_out_cells", lambda: [cell])
+    tuned = []
+
+    def evaluate_cell(results, name, checkpoint, task_name, horizon):
+        tuned.append(name)
+        result = {"checkpoint": name, "checkpoint_sha256": fresh.file_sha256(checkpoint)}
+        path = results / "fresh" / name / f"{task_name}@{horizon}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result | {"value": 0.5, "test_loss": 1.25}))
+
+    monkeypatch.setattr(fresh, "evaluate_cell", evaluate_cell)
+    for seed, key in [(0, 1), (1, 0), (2, 0)]:
+        run = tmp_path / "main" / "pes_celo2" / f"s{seed}"
+        run.mkdir(parents=True)
+        elo.save_optimizer(run / "best_optimizer.eqx", elo.Celo2(key=jax.random.key(key)))
+        (run / "meta.json").write_text("{}")
+    assert fresh.twins(fresh.checkpoints(tmp_path)) == {"pes_celo2/s2": "pes_celo2/s1"}
+
+    copy = tmp_path / "fresh" / "pes_celo2" / "s2" / "mlp-w8-d1_mnist-8x8x1@20.json"
+    fresh.run(tmp_path, ["pes_celo2/s2"])  # its twin has no result yet: nothing to copy
+    assert tuned == [] and not copy.exists()
+    fresh.run(tmp_path)
+    assert tuned == ["pes_celo2/s0", "pes_celo2/s1"]
+    copied = json.loads(copy.read_text())
+    assert copied["copied_from"] == "pes_celo2/s1/mlp-w8-d1_mnist-8x8x1@20.json"
+    assert copied["checkpoint"] == "pes_celo2/s2"
+    assert copied["checkpoint_sha256"] == fresh.file_sha256(
+        tmp_path / "main" / "pes_celo2" / "s2" / "best_optimizer.eqx"
+    )
+    assert copied["test_loss"] == 1.25
