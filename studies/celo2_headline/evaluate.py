@@ -31,9 +31,11 @@ Each (optimizer, cell) is `elo.tune`: settings.SWEEP_POINTS values on a log grid
 rates of AdamW/Muon/SGD with warm-up and cosine decay; a learned optimizer's `learning_rate`
 multiplier), settings.EVAL_SEEDS seeds, the value chosen on the validation split. Every result is
 cached as JSON under --results-dir/evaluation; rerunning skips what exists. Two drivers can share
-the work (a lock per result). A checkpoint equal to one before it (two runs of a seed that both
-selected their common initial network) is tuned once; the other gets its results, copied and
-marked `copied_from` (tuning is deterministic).
+the work (a lock per result). A checkpoint equal to one before it (two runs that selected their
+common starting network: a PES and an ELO run of one seed, or two seeds of one warm start) is
+tuned once; the other gets its results, copied under the same lock, marked `copied_from` and
+`copied_by` (the commit that copied; `environment` stays the tuning's), since tuning is
+deterministic.
 
 `shipped` tunes every optimizer of `elo.available_pretrained()` (`elo.pretrained(name)`) on every
 cell into `shipped/<name>/<task>@<horizon>.json`: its test loss at `learning_rate=1` (the
@@ -312,7 +314,8 @@ def without_twins(
     """`items` less every optimizer equal to an earlier one (`same_weights`), and for each kept
     name the names of its twins. Two runs can select the same checkpoint (a PES and an ELO run
     of one seed start from the same network, and both may be best there); tuning is
-    deterministic, so one tuning serves both."""
+    deterministic, so one tuning serves both. Two seeds of one method can too, when both select
+    the warm start they share."""
     kept: list[tuple[str, elo.AbstractLearnedOptimizer]] = []
     twins: dict[str, list[str]] = {}
     for name, lo in items:
@@ -334,18 +337,39 @@ def copy_result(source: Path, target: Path, evaluation: Path) -> bool:
     return True
 
 
-def copy_to_twins(out: Path, twins: dict[str, list[str]], cell_list: list[tuple[str, int]]) -> None:
+def copy_to_twins(
+    out: Path,
+    twins: dict[str, list[str]],
+    cell_list: list[tuple[str, int]],
+    required: dict[str, Any] | None = None,
+) -> None:
     """Copy each tuned result under `out` to its twins' directories (`without_twins`), marked
-    `copied_from` (its path under `out`'s parent, the evaluation directory); never overwrites."""
+    `copied_from` (its path under `out`'s parent, the evaluation directory) and `copied_by` (the
+    commit that copied it), under the twin result's lock (`cells_cache.cached`), so that two
+    drivers never write one file; never overwrites a result that records `required`. With
+    `required` (fields every result must record, e.g. `decayed`'s `lo_schedule`), a source that
+    records other values is not copied (said so), and a twin's stale result is set aside."""
+    evaluation = out.parent
     for name, others in twins.items():
         for task, horizon in cell_list:
             source = out / name / f"{task}@{horizon}.json"
             if not source.is_file():
                 continue
+            tuned = common.load_json(source)
+            if required and any(tuned.get(k) != v for k, v in required.items()):
+                log(
+                    f"{source.relative_to(evaluation)}: made with other {', '.join(required)}; "
+                    "not copied to its twins"
+                )
+                continue
+            copied = tuned | {
+                "copied_from": str(source.relative_to(evaluation)),
+                "copied_by": common.git_commit(),
+            }
             for other in others:
                 target = out / other / f"{task}@{horizon}.json"
-                if copy_result(source, target, out.parent):
-                    log(f"{target.relative_to(out.parent)}: the same weights as {name}, copied")
+                if cells_cache.cached(target, lambda: copied, required=required, log=log):
+                    log(f"{target.relative_to(evaluation)}: the same weights as {name}, copied")
 
 
 def tune_cells(
@@ -415,19 +439,28 @@ def run_decayed(
     only_runs: Sequence[str] | None = None,
 ) -> None:
     # Task by task (as `--task` orders the session's work), every finished run on each cell.
-    runs = [
-        (f"{run.parent.name}/{run.name}/best", run / "best_optimizer.eqx")
+    chosen = {
+        f"{run.parent.name}/{run.name}/best"
         for run in main_runs(results, settings.CELO2_ARMS, only_runs)
+    }
+    # Twins are found among every run, so that `--run` naming either of two twins tunes the
+    # first of them and copies its results to the other.
+    every = [
+        (
+            f"{run.parent.name}/{run.name}/best",
+            decayed(elo.load_optimizer(run / "best_optimizer.eqx")),
+        )
+        for run in main_runs(results, settings.CELO2_ARMS, None)
     ]
-    # Two runs that select the same checkpoint (two seeds both best at a shared warm start)
-    # are tuned once; the other gets the result, copied (`without_twins`).
-    items, twins = without_twins([(name, decayed(elo.load_optimizer(path))) for name, path in runs])
+    kept, twins = without_twins(every)
+    twins = {n: others for n, others in twins.items() if {n, *others} & chosen}
+    items = [(name, lo) for name, lo in kept if name in chosen or name in twins]
+    required = {"lo_schedule": dict(settings.DECAYED_SCHEDULE)}
     for task, horizon in cells(only):
         for name, lo in items:
             path = out / "decayed" / name / f"{task}@{horizon}.json"
-            required = {"lo_schedule": dict(settings.DECAYED_SCHEDULE)}
             tune_cached(path, lo, task, horizon, required=required)
-        copy_to_twins(out / "decayed", twins, [(task, horizon)])
+        copy_to_twins(out / "decayed", twins, [(task, horizon)], required)
 
 
 def long_horizon_checkpoints(only_runs: Sequence[str] | None) -> list[tuple[str, int]]:

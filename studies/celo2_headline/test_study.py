@@ -575,8 +575,13 @@ def test_run_restricts_runs_and_decayed_to_the_named_main_runs(tmp_path, monkeyp
     for arm in ("pes_celo2", "elo_celo2"):
         for seed in (0, 1):
             common.write_json(tmp_path / "main" / arm / f"s{seed}" / "meta.json", {})
-    celo2 = elo.Celo2(key=jax.random.key(0))
-    monkeypatch.setattr(evaluate.elo, "load_optimizer", lambda path: celo2)
+    # Each run its own weights (equal ones would be twins, tuned once).
+    loaded = {}
+    monkeypatch.setattr(
+        evaluate.elo,
+        "load_optimizer",
+        lambda path: loaded.setdefault(path, elo.Celo2(key=jax.random.key(len(loaded)))),
+    )
     tuned = []
     monkeypatch.setattr(evaluate, "tune_cached", lambda path, *_, **kw: tuned.append(path))
     task = "gru-h32_mnist-rows-8x8"

@@ -18,7 +18,8 @@ and its SHA-256: a result made from other weights is set aside and made again. E
 kept as it finishes (`elo.TuningCache` under `runs/tuning_cache/fresh/`), so a stopped driver
 resumes within a cell. A checkpoint whose file is byte-identical to an earlier one's (two
 seeds that both selected the shared warm start) is tuned once: the later one's results are the
-earlier one's, copied, naming it in `copied_from` (`twins`; tuning is deterministic). Refuses
+earlier one's, copied, naming it in `copied_from` and the copying commit in `copied_by`
+(`twins`; tuning is deterministic). Refuses
 to start until `main_rule.md`, which registers this evaluation, and then the ship decision
 (`results/ship_rule.json`, §4) are committed as they are: what ships is decided before any
 held-out result exists.
@@ -123,16 +124,31 @@ def twins(every: dict[str, Path]) -> dict[str, str]:
     return copies
 
 
-def copy_from_twin(results: Path, name: str, source: str, task_name: str, horizon: int) -> None:
-    """The result of checkpoint `name` on one cell as a copy of its twin `source`'s, marked
-    `copied_from`, once that exists; never overwrites."""
+def copy_from_twin(
+    results: Path, name: str, checkpoint: Path, source: str, task_name: str, horizon: int
+) -> None:
+    """The result of checkpoint `name` (file `checkpoint`) on one cell as a copy of its twin
+    `source`'s, once that exists and records these weights: named for `name` (`checkpoint`,
+    `name`), marked `copied_from` (its path under `results/fresh`) and `copied_by` (the commit
+    that copied it; `environment` stays the tuning's), written under the result's lock as a
+    tuned result is (`cells.cached`: a result for other weights is set aside, none overwritten)."""
     cell = f"{task_name}@{horizon}.json"
-    origin, target = results / "fresh" / source / cell, results / "fresh" / name / cell
-    if not origin.is_file() or target.is_file():
+    origin = results / "fresh" / source / cell
+    if not origin.is_file():
+        log(f"{name} {task_name}@{horizon}: waits for {source}'s result (the same weights)")
         return
-    copied = common.load_json(origin) | {"checkpoint": name, "copied_from": f"{source}/{cell}"}
-    common.write_json(target, copied)
-    log(f"{name} {task_name}@{horizon}: the same weights as {source}, copied")
+    required = {"checkpoint": name, "checkpoint_sha256": file_sha256(checkpoint)}
+    tuned = common.load_json(origin)
+    if tuned.get("checkpoint_sha256") != required["checkpoint_sha256"]:
+        log(f"{source} {task_name}@{horizon}: made with other weights; not copied to {name}")
+        return
+    copied = tuned | {
+        "name": name,
+        "copied_from": f"{source}/{cell}",
+        "copied_by": common.git_commit(),
+    }
+    if cells.cached(results / "fresh" / name / cell, lambda: copied, required=required, log=log):
+        log(f"{name} {task_name}@{horizon}: the same weights as {source}, copied")
 
 
 def chosen(names: Sequence[str] | None, every: dict[str, Path]) -> dict[str, Path]:
@@ -162,12 +178,13 @@ def run(results: Path, names: Sequence[str] | None = None) -> None:
             continue
         for task_name, horizon in held_out_cells():
             if name in copies:
-                copy_from_twin(results, name, copies[name], task_name, horizon)
+                copy_from_twin(results, name, checkpoint, copies[name], task_name, horizon)
             else:
                 evaluate_cell(results, name, checkpoint, task_name, horizon)
-    for name in [n for n in selected if n in copies]:
+    summarised = [n for n, c in selected.items() if (c.parent / "meta.json").is_file()]
+    for name in [n for n in summarised if n in copies]:
         for task_name, horizon in held_out_cells():
-            copy_from_twin(results, name, copies[name], task_name, horizon)
+            copy_from_twin(results, name, selected[name], copies[name], task_name, horizon)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -113,6 +113,23 @@ def test_nothing_runs_before_the_ship_decision_is_committed(tmp_path, monkeypatc
     assert calls == [(tmp_path, None)]
 
 
+def summarised_run(results, name, key):
+    """A summarised main run `name` whose selected checkpoint is `elo.Celo2` of seed `key`."""
+    run = results / "main" / name
+    run.mkdir(parents=True)
+    elo.save_optimizer(run / "best_optimizer.eqx", elo.Celo2(key=jax.random.key(key)))
+    (run / "meta.json").write_text("{}")
+    return run / "best_optimizer.eqx"
+
+
+def write_result(results, name, checkpoint, cell):
+    path = results / "fresh" / name / f"{cell[0]}@{cell[1]}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sha = fresh.file_sha256(checkpoint)
+    recorded = {"checkpoint": name, "checkpoint_sha256": sha, "name": name}
+    path.write_text(json.dumps(recorded | {"value": 0.5, "test_loss": 1.25}))
+
+
 def test_a_checkpoint_equal_to_an_earlier_one_gets_its_results_copied(tmp_path, monkeypatch):
     # PES-Celo2 seeds 1 and 2 both selected the shared warm start: one tuning serves both.
     monkeypatch.setattr(fresh, "HEADLINE_MAIN", tmp_path / "headline")
@@ -122,17 +139,12 @@ def test_a_checkpoint_equal_to_an_earlier_one_gets_its_results_copied(tmp_path, 
 
     def evaluate_cell(results, name, checkpoint, task_name, horizon):
         tuned.append(name)
-        result = {"checkpoint": name, "checkpoint_sha256": fresh.file_sha256(checkpoint)}
-        path = results / "fresh" / name / f"{task_name}@{horizon}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result | {"value": 0.5, "test_loss": 1.25}))
+        write_result(results, name, checkpoint, (task_name, horizon))
 
     monkeypatch.setattr(fresh, "evaluate_cell", evaluate_cell)
-    for seed, key in [(0, 1), (1, 0), (2, 0)]:
-        run = tmp_path / "main" / "pes_celo2" / f"s{seed}"
-        run.mkdir(parents=True)
-        elo.save_optimizer(run / "best_optimizer.eqx", elo.Celo2(key=jax.random.key(key)))
-        (run / "meta.json").write_text("{}")
+    summarised_run(tmp_path, "pes_celo2/s0", 1)
+    summarised_run(tmp_path, "pes_celo2/s1", 0)
+    twin = summarised_run(tmp_path, "pes_celo2/s2", 0)
     assert fresh.twins(fresh.checkpoints(tmp_path)) == {"pes_celo2/s2": "pes_celo2/s1"}
 
     copy = tmp_path / "fresh" / "pes_celo2" / "s2" / "mlp-w8-d1_mnist-8x8x1@20.json"
@@ -142,8 +154,46 @@ def test_a_checkpoint_equal_to_an_earlier_one_gets_its_results_copied(tmp_path, 
     assert tuned == ["pes_celo2/s0", "pes_celo2/s1"]
     copied = json.loads(copy.read_text())
     assert copied["copied_from"] == "pes_celo2/s1/mlp-w8-d1_mnist-8x8x1@20.json"
-    assert copied["checkpoint"] == "pes_celo2/s2"
-    assert copied["checkpoint_sha256"] == fresh.file_sha256(
-        tmp_path / "main" / "pes_celo2" / "s2" / "best_optimizer.eqx"
-    )
+    assert copied["copied_by"] == fresh.common.git_commit()
+    assert (copied["checkpoint"], copied["name"]) == ("pes_celo2/s2", "pes_celo2/s2")
+    assert copied["checkpoint_sha256"] == fresh.file_sha256(twin)
     assert copied["test_loss"] == 1.25
+
+
+def test_a_twin_copies_a_result_another_driver_finished_after_its_turn(tmp_path, monkeypatch):
+    monkeypatch.setattr(fresh, "HEADLINE_MAIN", tmp_path / "headline")
+    cell = ("mlp-w8-d1_mnist-8x8x1", 20)
+    monkeypatch.setattr(fresh, "held_out_cells", lambda: [cell])
+    source = summarised_run(tmp_path, "pes_celo2/s1", 0)
+    summarised_run(tmp_path, "elo_celo2/s2", 0)  # the twin, its turn before pes_celo2/s2's
+    summarised_run(tmp_path, "pes_celo2/s2", 2)
+
+    def evaluate_cell(results, name, checkpoint, task_name, horizon):
+        # Another driver holds pes_celo2/s1's cell and finishes it while this one tunes
+        # pes_celo2/s2, after the twin's turn.
+        if name == "pes_celo2/s2":
+            write_result(results, "pes_celo2/s1", source, cell)
+
+    monkeypatch.setattr(fresh, "evaluate_cell", evaluate_cell)
+    fresh.run(tmp_path)
+    copied = tmp_path / "fresh" / "elo_celo2" / "s2" / "mlp-w8-d1_mnist-8x8x1@20.json"
+    assert json.loads(copied.read_text())["checkpoint"] == "elo_celo2/s2"
+
+
+def test_a_twin_never_copies_a_result_made_with_other_weights(tmp_path, monkeypatch):
+    cell = ("mlp-w8-d1_mnist-8x8x1", 20)
+    source = summarised_run(tmp_path, "pes_celo2/s1", 0)
+    twin = summarised_run(tmp_path, "pes_celo2/s2", 0)
+    write_result(tmp_path, "pes_celo2/s1", source, cell)
+    result = tmp_path / "fresh" / "pes_celo2" / "s1" / "mlp-w8-d1_mnist-8x8x1@20.json"
+    stale = json.loads(result.read_text()) | {"checkpoint_sha256": "0" * 64}
+    result.write_text(json.dumps(stale))
+    fresh.copy_from_twin(tmp_path, "pes_celo2/s2", twin, "pes_celo2/s1", *cell)
+    target = tmp_path / "fresh" / "pes_celo2" / "s2" / "mlp-w8-d1_mnist-8x8x1@20.json"
+    assert not target.exists()
+    # A result of the twin's own is kept, never overwritten by a copy.
+    write_result(tmp_path, "pes_celo2/s1", source, cell)
+    write_result(tmp_path, "pes_celo2/s2", twin, cell)
+    before = target.read_text()
+    fresh.copy_from_twin(tmp_path, "pes_celo2/s2", twin, "pes_celo2/s1", *cell)
+    assert target.read_text() == before

@@ -66,15 +66,20 @@ def test_two_runs_that_selected_the_same_checkpoint_are_tuned_once(tmp_path, mon
         (run / "meta.json").write_text("{}")
         elo.save_optimizer(run / "best_optimizer.eqx", lo)
 
-    deployed_headline.run(tmp_path)
+    deployed_headline.run(tmp_path, ["pes_celo2/s2"])  # names the twin: its first is tuned
 
     decayed = tmp_path / "evaluation" / "decayed" / "pes_celo2"
-    assert [p.parts[-3] for p in tuned] == ["s0", "s1"]
+    assert [p.parts[-3] for p in tuned] == ["s1"]
     first, copy = (
         json.loads((decayed / s / "best" / f"{task}@20.json").read_text()) for s in ("s1", "s2")
     )
     assert copy.pop("copied_from") == f"decayed/pes_celo2/s1/best/{task}@20.json"
+    assert copy.pop("copied_by") == evaluate.common.git_commit()
     assert copy == first
+
+    deployed_headline.run(tmp_path)  # every run: s0 tuned, s1 found cached, s2 never asked
+    assert [p.parts[-3] for p in tuned] == ["s1", "s0", "s1"]
+    assert (decayed / "s0" / "best" / f"{task}@20.json").is_file()
 
 
 def test_nothing_runs_before_the_rule(tmp_path, monkeypatch):
