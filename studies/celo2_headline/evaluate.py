@@ -328,13 +328,10 @@ def without_twins(
 
 
 def copy_result(source: Path, target: Path, evaluation: Path) -> bool:
-    """Copy the result `source` to `target`, marked `copied_from` (its path under `evaluation`),
-    unless `source` is missing or `target` exists; whether it copied."""
-    if not source.is_file() or target.is_file():
-        return False
-    origin = str(source.relative_to(evaluation))
-    common.write_json(target, common.load_json(source) | {"copied_from": origin})
-    return True
+    """Copy the result `source` to `target` (`cells_cache.copied`: marked `copied_from`, its path
+    under `evaluation`, and `copied_by`), unless `source` is missing or `target` exists; whether
+    it copied."""
+    return cells_cache.copied(source, target, str(source.relative_to(evaluation)), log=log)
 
 
 def copy_to_twins(
@@ -343,32 +340,21 @@ def copy_to_twins(
     cell_list: list[tuple[str, int]],
     required: dict[str, Any] | None = None,
 ) -> None:
-    """Copy each tuned result under `out` to its twins' directories (`without_twins`), marked
-    `copied_from` (its path under `out`'s parent, the evaluation directory) and `copied_by` (the
-    commit that copied it), under the twin result's lock (`cells_cache.cached`), so that two
-    drivers never write one file; never overwrites a result that records `required`. With
-    `required` (fields every result must record, e.g. `decayed`'s `lo_schedule`), a source that
-    records other values is not copied (said so), and a twin's stale result is set aside."""
+    """Copy each tuned result under `out` to its twins' directories (`without_twins`) with
+    `cells_cache.copied` (marked `copied_from`, its path under `out`'s parent, the evaluation
+    directory, and `copied_by`; under the twin result's lock; never over a result of the twin's
+    own). With `required` (fields every result records, e.g. `decayed`'s `lo_schedule`), a
+    source that records other values is not copied and a twin's stale result is set aside."""
     evaluation = out.parent
     for name, others in twins.items():
         for task, horizon in cell_list:
             source = out / name / f"{task}@{horizon}.json"
-            if not source.is_file():
-                continue
-            tuned = common.load_json(source)
-            if required and any(tuned.get(k) != v for k, v in required.items()):
-                log(
-                    f"{source.relative_to(evaluation)}: made with other {', '.join(required)}; "
-                    "not copied to its twins"
-                )
-                continue
-            copied = tuned | {
-                "copied_from": str(source.relative_to(evaluation)),
-                "copied_by": common.git_commit(),
-            }
             for other in others:
                 target = out / other / f"{task}@{horizon}.json"
-                if cells_cache.cached(target, lambda: copied, required=required, log=log):
+                origin = str(source.relative_to(evaluation))
+                if cells_cache.copied(
+                    source, target, origin, source_records=required, required=required, log=log
+                ):
                     log(f"{target.relative_to(evaluation)}: the same weights as {name}, copied")
 
 

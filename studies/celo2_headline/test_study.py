@@ -495,7 +495,11 @@ def test_a_checkpoint_equal_to_an_earlier_one_is_tuned_once_and_its_results_copi
     ]
     for cell, loss in (("t@5", 1.0), ("u@7", 2.0)):
         copied = common.load_json(tmp_path / "runs" / "elo/s1/best" / f"{cell}.json")
-        assert copied == {"test_loss": loss, "copied_from": f"runs/pes/s1/best/{cell}.json"}
+        assert copied == {
+            "test_loss": loss,
+            "copied_from": f"runs/pes/s1/best/{cell}.json",
+            "copied_by": common.git_commit(),
+        }
     common.write_json(tmp_path / "runs" / "elo/s1/best" / "t@5.json", {"own": True})
     evaluate.copy_to_twins(tmp_path / "runs", {"pes/s1/best": ["elo/s1/best"]}, cell_list)
     assert common.load_json(tmp_path / "runs" / "elo/s1/best" / "t@5.json") == {"own": True}
@@ -523,7 +527,11 @@ def test_added_reuses_item_1s_adamw_result_on_that_cell(tmp_path, monkeypatch):
     common.write_json(out / "horizon" / "adamw" / f"{fashion}@30000.json", {"test_loss": 0.4})
     evaluate.reuse_item1_adamw(out, fashion, 30000)
     copied = common.load_json(out / "baselines" / "adamw" / f"{fashion}@30000.json")
-    assert copied == {"test_loss": 0.4, "copied_from": f"horizon/adamw/{fashion}@30000.json"}
+    assert copied == {
+        "test_loss": 0.4,
+        "copied_from": f"horizon/adamw/{fashion}@30000.json",
+        "copied_by": common.git_commit(),
+    }
     common.write_json(out / "horizon" / "adamw" / f"{fashion}@30000.json", {"test_loss": 9.0})
     evaluate.reuse_item1_adamw(out, fashion, 30000)  # an existing result is never overwritten
     assert common.load_json(out / "baselines" / "adamw" / f"{fashion}@30000.json") == copied

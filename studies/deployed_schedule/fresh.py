@@ -19,10 +19,9 @@ kept as it finishes (`elo.TuningCache` under `runs/tuning_cache/fresh/`), so a s
 resumes within a cell. A checkpoint whose file is byte-identical to an earlier one's (two
 seeds that both selected the shared warm start) is tuned once: the later one's results are the
 earlier one's, copied, naming it in `copied_from` and the copying commit in `copied_by`
-(`twins`; tuning is deterministic). Refuses
-to start until `main_rule.md`, which registers this evaluation, and then the ship decision
-(`results/ship_rule.json`, §4) are committed as they are: what ships is decided before any
-held-out result exists.
+(`twins`; tuning is deterministic). Refuses to start until `main_rule.md`, which registers this
+evaluation, and then the ship decision (`results/ship_rule.json`, §4) are committed as they
+are: what ships is decided before any held-out result exists.
 """
 
 import argparse
@@ -128,26 +127,24 @@ def copy_from_twin(
     results: Path, name: str, checkpoint: Path, source: str, task_name: str, horizon: int
 ) -> None:
     """The result of checkpoint `name` (file `checkpoint`) on one cell as a copy of its twin
-    `source`'s, once that exists and records these weights: named for `name` (`checkpoint`,
-    `name`), marked `copied_from` (its path under `results/fresh`) and `copied_by` (the commit
-    that copied it; `environment` stays the tuning's), written under the result's lock as a
-    tuned result is (`cells.cached`: a result for other weights is set aside, none overwritten)."""
+    `source`'s, once that exists and records these weights (`cells.copied`: named for `name`,
+    marked `copied_from`, its path under `results/fresh`, and `copied_by`; under the result's
+    lock; a result for other weights set aside, none overwritten)."""
     cell = f"{task_name}@{horizon}.json"
     origin = results / "fresh" / source / cell
     if not origin.is_file():
         log(f"{name} {task_name}@{horizon}: waits for {source}'s result (the same weights)")
         return
-    required = {"checkpoint": name, "checkpoint_sha256": file_sha256(checkpoint)}
-    tuned = common.load_json(origin)
-    if tuned.get("checkpoint_sha256") != required["checkpoint_sha256"]:
-        log(f"{source} {task_name}@{horizon}: made with other weights; not copied to {name}")
-        return
-    copied = tuned | {
-        "name": name,
-        "copied_from": f"{source}/{cell}",
-        "copied_by": common.git_commit(),
-    }
-    if cells.cached(results / "fresh" / name / cell, lambda: copied, required=required, log=log):
+    sha256 = file_sha256(checkpoint)
+    if cells.copied(
+        origin,
+        results / "fresh" / name / cell,
+        f"{source}/{cell}",
+        source_records={"checkpoint_sha256": sha256},
+        fields={"name": name},
+        required={"checkpoint": name, "checkpoint_sha256": sha256},
+        log=log,
+    ):
         log(f"{name} {task_name}@{horizon}: the same weights as {source}, copied")
 
 
@@ -170,21 +167,22 @@ def run(results: Path, names: Sequence[str] | None = None) -> None:
     the end (another driver may have been tuning them meanwhile)."""
     every = checkpoints(results)
     copies = twins(every)
-    selected = chosen(names, every)
-    for name, checkpoint in selected.items():
+    summarised = {}
+    for name, checkpoint in chosen(names, every).items():
         # A run is summarised once its meta.json is written, last (`main_runs.summarise`).
-        if not (checkpoint.parent / "meta.json").is_file():
+        if (checkpoint.parent / "meta.json").is_file():
+            summarised[name] = checkpoint
+        else:
             log(f"{name}: its main run is not summarised yet (no meta.json); skipped")
-            continue
+    for name, checkpoint in summarised.items():
         for task_name, horizon in held_out_cells():
             if name in copies:
                 copy_from_twin(results, name, checkpoint, copies[name], task_name, horizon)
             else:
                 evaluate_cell(results, name, checkpoint, task_name, horizon)
-    summarised = [n for n, c in selected.items() if (c.parent / "meta.json").is_file()]
     for name in [n for n in summarised if n in copies]:
         for task_name, horizon in held_out_cells():
-            copy_from_twin(results, name, selected[name], copies[name], task_name, horizon)
+            copy_from_twin(results, name, summarised[name], copies[name], task_name, horizon)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,8 @@ Two drivers can share a queue of cells: the first to lock a cell computes it, th
 on; a killed driver loses at most the cell it was computing (the file is written atomically).
 A result may have to record fields it was made with (a shipped optimizer's weights, a
 schedule): one that records other values is set aside under a free name, kept and no longer
-read, and made again.
+read, and made again. A result that serves another cell as it is (the same optimizer tuned
+twice) is copied there under that cell's lock, saying where from (`copied`).
 """
 
 import contextlib
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from studies.harness.jsonio import load_json, write_json
+from studies.harness.provenance import git_commit
 
 
 @contextlib.contextmanager
@@ -116,3 +118,42 @@ def cached(
             return False
         write_json(path, compute() | (required or {}))
         return True
+
+
+def copied(
+    source: Path,
+    target: Path,
+    copied_from: str,
+    *,
+    source_records: dict[str, Any] | None = None,
+    fields: dict[str, Any] | None = None,
+    required: dict[str, Any] | None = None,
+    log: Callable[[str], None] = print,
+) -> bool:
+    """Copy the result `source` to `target` as `cached` writes a computed one (under the target's
+    lock, atomically, never over a result that records `required`), marked `copied_from` and
+    `copied_by` (the commit that copied it; its `environment` stays the one that computed it).
+
+    **Arguments:**
+
+    - `source`, `target`: the result files.
+    - `copied_from`: how the copy names its source (e.g. its path under the evaluation folder).
+    - `source_records`: fields the source must record to be copied (the same weights, the same
+      schedule); a source that records other values is not copied, said so.
+    - `fields`: fields the copy records instead of the source's (e.g. its own name).
+    - `required`: as `cached`'s: fields the copy must record; a stale target is set aside.
+    - `log`: where a refused source or a set-aside target is reported.
+
+    **Returns:**
+
+    True when this call wrote the copy; False when `source` is missing or made with other
+    `source_records`, or `target` exists or another process holds it.
+    """
+    if not source.is_file():
+        return False
+    result = load_json(source)
+    if source_records and any(result.get(k) != v for k, v in source_records.items()):
+        log(f"{source.name}: made with other {', '.join(source_records)}; not copied")
+        return False
+    marks = {"copied_from": copied_from, "copied_by": git_commit()}
+    return cached(target, lambda: result | (fields or {}) | marks, required=required, log=log)
